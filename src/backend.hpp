@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The internal contract between the front end (src/codec.cpp) and each backend
+//! (reference/, cpu/, kernels/). The front end validates specs, views and frame headers;
+//! a backend's codec functions may rely on that and only check the payload itself.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gradcodec/codec.hpp"
+#include "gradcodec/frame.hpp"
+
+namespace gradcodec::detail {
+
+//! One encode. The codec writes the payload at `payload` (exactly the size it reports, at
+//! most `capacity`, zero padding included) and fills hdr's codec fields (count, group,
+//! level, mode, param, flags, payload_bytes). `in` holds values to encode (f32, f16 or
+//! bf16); sparse and cast codecs store values in `wire` on the wire.
+struct encode_call {
+  const codec_spec& spec;
+  const context& ctx;
+  const_tensor_view in;
+  dtype wire;
+  std::byte* payload;
+  std::uint64_t capacity;
+  mutable_bytes workspace;
+  frame_header& hdr;
+  int threads;
+  void* stream;
+};
+
+//! One decode of a frame whose header already passed peek() and whose payload size
+//! matched. `out` has hdr.n elements. accumulate: out = fma(alpha, v, out) per element.
+struct decode_call {
+  const frame_header& hdr;
+  const std::byte* payload;
+  tensor_view out;
+  float alpha;
+  bool accumulate;
+  mutable_bytes workspace;
+  int threads;
+  void* stream;
+};
+
+//! A fused error-feedback encode: in = grad, residual updated in place; same contract as
+//! encode_call otherwise (wire = grad dtype).
+struct feedback_call {
+  encode_call enc;
+  tensor_view residual;
+};
+
+//! One codec on one backend. A null encode_feedback means "use the generic composition"
+//! (p = g + e, encode(p), decode, e = p - d) built from encode and decode.
+struct codec_ops {
+  std::size_t (*workspace)(const codec_spec&, const_tensor_view shape, operation op) = nullptr;
+  status (*encode)(const encode_call&) = nullptr;
+  status (*decode)(const decode_call&) = nullptr;
+  status (*encode_feedback)(const feedback_call&) = nullptr;
+};
+
+//! A backend: one codec_ops per codec id (index = id - 1); a null encode means the codec
+//! is not implemented there and the front end reports backend_unavailable.
+struct backend_table {
+  const char* name;
+  codec_ops codecs[codec_count];
+};
+
+const backend_table& reference_backend() noexcept;
+//! Null when the backend is not built (or, for CUDA, no device is present).
+const backend_table* cpu_backend() noexcept;
+const backend_table* cuda_backend() noexcept;
+
+}  // namespace gradcodec::detail

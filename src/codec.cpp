@@ -1,0 +1,348 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The front end of the codec API: argument and frame checks, backend choice, workspace
+//! carving, and the generic error-feedback composition for backends without a fused one.
+#include "gradcodec/codec.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "backend.hpp"
+#include "gradcodec/blocks/float16.hpp"
+#include "gradcodec/blocks/layout.hpp"
+#include "gradcodec/powersgd.hpp"
+
+namespace gradcodec {
+namespace {
+
+using detail::backend_table;
+using detail::codec_ops;
+
+constexpr std::uint64_t max_elements = std::uint64_t{1} << 48;
+constexpr std::size_t ws_align = 64;
+
+status invalid(std::string_view why) { return {status_code::invalid_argument, why}; }
+
+const backend_table* table_of(backend b) noexcept {
+  switch (b) {
+    case backend::reference: return &detail::reference_backend();
+    case backend::cpu: return detail::cpu_backend();
+    case backend::cuda: return detail::cuda_backend();
+    case backend::automatic: break;
+  }
+  return nullptr;
+}
+
+result<const codec_ops*> pick(backend where, codec_id id) noexcept {
+  // Host memory: the CPU backend when built, else the reference. (CUDA is chosen explicitly
+  // or by the CUDA backend's pointer check, once it lands in kernels/.)
+  const backend_table* t = nullptr;
+  if (where == backend::automatic) {
+    t = detail::cpu_backend();
+    if (t == nullptr || t->codecs[static_cast<int>(id) - 1].encode == nullptr) t = &detail::reference_backend();
+  } else {
+    t = table_of(where);
+  }
+  if (t == nullptr)
+    return status{status_code::backend_unavailable,
+                  std::string("backend '").append(backend_name(where)).append("' is not available")};
+  const codec_ops& ops = t->codecs[static_cast<int>(id) - 1];
+  if (ops.encode == nullptr || ops.decode == nullptr)
+    return status{status_code::backend_unavailable, std::string(codec_name(id))
+                                                        .append(" is not implemented on backend ")
+                                                        .append(t->name)};
+  return &ops;
+}
+
+status check_view(const_tensor_view v, std::string_view what) {
+  if (!dtype_valid(static_cast<std::uint8_t>(v.type))) return invalid(std::string(what).append(": unknown dtype"));
+  if (v.n > max_elements) return invalid(std::string(what).append(": more than 2^48 elements"));
+  if (v.n > 0 && v.data == nullptr) return invalid(std::string(what).append(": null data"));
+  if (v.rows > 0 && v.n % v.rows != 0) return invalid(std::string(what).append(": rows do not divide n"));
+  return {};
+}
+
+float load(const_tensor_view v, std::uint64_t i) {
+  switch (v.type) {
+    case dtype::f32: return static_cast<const float*>(v.data)[i];
+    case dtype::f16: return blocks::f16_to_f32(static_cast<const std::uint16_t*>(v.data)[i]);
+    case dtype::bf16: return blocks::bf16_to_f32(static_cast<const std::uint16_t*>(v.data)[i]);
+  }
+  return 0.0f;
+}
+
+void store(tensor_view v, std::uint64_t i, float x) {
+  switch (v.type) {
+    case dtype::f32: static_cast<float*>(v.data)[i] = x; break;
+    case dtype::f16: static_cast<std::uint16_t*>(v.data)[i] = blocks::f32_to_f16(x); break;
+    case dtype::bf16: static_cast<std::uint16_t*>(v.data)[i] = blocks::f32_to_bf16(x); break;
+  }
+}
+
+bool any_nonfinite(const_tensor_view v) {
+  for (std::uint64_t i = 0; i < v.n; ++i)
+    if (!std::isfinite(load(v, i))) return true;
+  return false;
+}
+
+//! Carves aligned pieces off a caller workspace.
+struct carver {
+  std::byte* p;
+  std::byte* end;
+  explicit carver(mutable_bytes ws) : p(ws.data()), end(ws.data() + ws.size()) {
+    const auto mis = reinterpret_cast<std::uintptr_t>(p) % ws_align;
+    if (p != nullptr && mis != 0) p += ws_align - mis;
+    if (p > end) p = end;
+  }
+  std::byte* take(std::size_t bytes) {
+    bytes = (bytes + ws_align - 1) / ws_align * ws_align;
+    std::byte* r = p;
+    p += bytes;
+    return r;
+  }
+  mutable_bytes rest() const { return {p, static_cast<std::size_t>(end - p)}; }
+};
+
+std::size_t generic_feedback_workspace(const codec_ops& ops, const codec_spec& spec, const_tensor_view shape) {
+  const const_tensor_view p{nullptr, shape.n, dtype::f32, shape.rows};
+  const std::size_t inner = std::max(ops.workspace ? ops.workspace(spec, p, operation::encode) : 0,
+                                     ops.workspace ? ops.workspace(spec, p, operation::decode) : 0);
+  return 2 * ((shape.n * 4 + ws_align - 1) / ws_align * ws_align) + inner + ws_align;
+}
+
+std::size_t need_workspace(const codec_ops& ops, const codec_spec& spec, const_tensor_view shape, operation op) {
+  if (op == operation::encode_with_feedback && ops.encode_feedback == nullptr)
+    return generic_feedback_workspace(ops, spec, shape);
+  const std::size_t w = ops.workspace ? ops.workspace(spec, shape, op) : 0;
+  return w == 0 ? 0 : w + ws_align;
+}
+
+status check_workspace(std::size_t need, const exec_options& opt) {
+  if (opt.workspace.size() < need)
+    return {status_code::workspace_too_small,
+            std::string("workspace of ").append(std::to_string(opt.workspace.size()))
+                .append(" bytes, need ").append(std::to_string(need))};
+  return {};
+}
+
+status check_encode_args(const codec_spec& spec, const_tensor_view in, mutable_bytes out) {
+  if (auto st = validate(spec); !st.ok()) return st;
+  if (auto st = check_view(in, "input"); !st.ok()) return st;
+  if (out.size() < header_bytes)
+    return {status_code::output_too_small, "output smaller than the 48-byte header"};
+  if (spec.nonfinite == nonfinite_policy::error && any_nonfinite(in))
+    return {status_code::nonfinite_input, "input holds NaN or Inf (nonfinite=error)"};
+  return {};
+}
+
+frame_header base_header(const codec_spec& spec, const_tensor_view in, dtype wire) {
+  frame_header h;
+  h.codec = spec.id;
+  h.type = wire;
+  h.n = in.n;
+  if ((spec.id == codec_id::topk || spec.id == codec_id::dgc || spec.id == codec_id::threshold) &&
+      in.n > 0xFFFFFFFFu)
+    h.flags |= flag_index64;
+  return h;
+}
+
+result<std::size_t> finish_encode(frame_header& h, mutable_bytes out) {
+  if (h.payload_bytes > out.size() - header_bytes)
+    return status{status_code::internal_error, "codec wrote past its capacity"};
+  write_header(h, out.data());
+  return static_cast<std::size_t>(header_bytes + h.payload_bytes);
+}
+
+}  // namespace
+
+std::string_view backend_name(backend b) noexcept {
+  switch (b) {
+    case backend::automatic: return "auto";
+    case backend::reference: return "reference";
+    case backend::cpu: return "cpu";
+    case backend::cuda: return "cuda";
+  }
+  return "?";
+}
+
+result<backend> backend_from_name(std::string_view name) {
+  for (backend b : {backend::automatic, backend::reference, backend::cpu, backend::cuda})
+    if (backend_name(b) == name) return b;
+  return status{status_code::invalid_argument,
+                std::string("unknown backend '").append(name).append("' (auto|reference|cpu|cuda)")};
+}
+
+bool backend_available(backend b) noexcept {
+  return b == backend::automatic || table_of(b) != nullptr;
+}
+
+std::uint64_t encode_bound(const codec_spec& spec, std::uint64_t n, dtype type, std::uint64_t rows) noexcept {
+  using namespace blocks;
+  const std::uint64_t vsize = dtype_size(type);
+  std::uint64_t k = spec.k > 0 ? spec.k : (n == 0 ? 0 : std::max<std::uint64_t>(1, static_cast<std::uint64_t>(spec.ratio * static_cast<double>(n))));
+  k = std::min(k, n);
+  std::uint64_t payload = 0;
+  switch (spec.id) {
+    case codec_id::topk:
+    case codec_id::dgc: payload = sparse_layout_of(k, vsize, n > 0xFFFFFFFFu).total; break;
+    case codec_id::threshold:
+      payload = sparse_layout_of(spec.cap > 0 ? std::min(spec.cap, n) : n, vsize, n > 0xFFFFFFFFu).total;
+      break;
+    case codec_id::randomk: payload = randomk_layout_of(k, vsize).total; break;
+    case codec_id::qsgd: {
+      std::uint32_t bits = 1;
+      while ((1u << bits) < 2u * spec.levels + 1u) ++bits;
+      payload = bucket_layout_of(n, spec.bucket, 1, bits).total;
+      break;
+    }
+    case codec_id::terngrad: payload = bucket_layout_of(n, spec.bucket, 1, 2).total; break;
+    case codec_id::minmax: payload = bucket_layout_of(n, spec.bucket, 2, spec.bits).total; break;
+    case codec_id::onebit: payload = bucket_layout_of(n, spec.bucket, 2, 1).total; break;
+    case codec_id::sign: payload = bucket_layout_of(n, spec.bucket, 1, 1).total; break;
+    case codec_id::fp16:
+    case codec_id::bf16: payload = cast_payload_bytes(n); break;
+    case codec_id::powersgd: {
+      const std::uint64_t dense = align16(n * 4);
+      if (rows == 0 || n == 0) {
+        // Any shape: the worst of dense (bypass) and a 1 x n or n x 1 factorisation.
+        payload = std::max(dense, powersgd_layout_of(1, n, 1).total + 16);
+        payload = std::max(payload, align16(std::uint64_t{spec.rank} * 4 * (n + 1)) + 16);
+      } else {
+        const std::uint64_t cols = n / rows;
+        payload = powersgd_compresses(spec, rows, cols)
+                      ? powersgd_layout_of(rows, cols, powersgd_rank(spec, rows, cols)).total
+                      : dense;
+      }
+      break;
+    }
+  }
+  return header_bytes + payload;
+}
+
+codec_spec spec_of(const frame_header& h) noexcept {
+  codec_spec s = make_spec(h.codec);
+  switch (h.codec) {
+    case codec_id::topk:
+    case codec_id::dgc:
+    case codec_id::randomk: s.k = h.count; break;
+    case codec_id::threshold: s.tau = h.param; break;
+    default: break;
+  }
+  if (h.codec == codec_id::dgc) s.sample = h.param;
+  if (h.codec == codec_id::randomk) s.unbiased = (h.mode & mode_unbiased) != 0;
+  if (h.codec == codec_id::qsgd) {
+    s.levels = h.level;
+    s.norm = (h.mode & mode_norm_max) ? norm_kind::max : norm_kind::l2;
+  }
+  if (h.codec == codec_id::minmax) s.bits = h.level;
+  if (h.codec == codec_id::qsgd || h.codec == codec_id::minmax)
+    s.rounding = (h.mode & mode_stochastic) ? rounding_mode::stochastic : rounding_mode::nearest;
+  if (h.group > 0 && h.codec != codec_id::powersgd) s.bucket = h.group;
+  if (h.codec == codec_id::terngrad) s.clip = h.param;
+  if (h.codec == codec_id::sign) s.scale = static_cast<scale_kind>((h.mode & mode_scale_mask) >> mode_scale_shift);
+  if (h.codec == codec_id::powersgd) {
+    if (h.group > 0) s.rank = h.group;
+    s.eps = h.param;
+  }
+  return s;
+}
+
+result<std::size_t> workspace_size(const codec_spec& spec, const_tensor_view shape, operation op,
+                                   const exec_options& opt) noexcept {
+  if (auto st = validate(spec); !st.ok()) return st;
+  auto ops = pick(opt.where, spec.id);
+  if (!ops) return ops.error();
+  return need_workspace(*ops.value(), spec, shape, op);
+}
+
+result<std::size_t> encode(const codec_spec& spec, const context& ctx, const_tensor_view in,
+                           mutable_bytes out, const exec_options& opt) noexcept {
+  if (auto st = check_encode_args(spec, in, out); !st.ok()) return st;
+  auto picked = pick(opt.where, spec.id);
+  if (!picked) return picked.error();
+  const codec_ops& ops = *picked.value();
+  if (auto st = check_workspace(need_workspace(ops, spec, in, operation::encode), opt); !st.ok()) return st;
+  carver ws(opt.workspace);
+  frame_header h = base_header(spec, in, in.type);
+  detail::encode_call call{spec, ctx, in, in.type, out.data() + header_bytes, out.size() - header_bytes,
+                           ws.rest(), h, opt.threads, opt.stream};
+  if (auto st = ops.encode(call); !st.ok()) return st;
+  return finish_encode(h, out);
+}
+
+namespace {
+
+status decode_common(const_bytes frame, tensor_view out, float alpha, bool accumulate,
+                     const exec_options& opt) noexcept {
+  auto hdr = peek(frame);
+  if (!hdr) return hdr.error();
+  const frame_header& h = hdr.value();
+  if (frame.size() != h.frame_bytes())
+    return {status_code::corrupt_frame, std::string("frame is ").append(std::to_string(frame.size()))
+                                            .append(" bytes, header says ").append(std::to_string(h.frame_bytes()))};
+  if (auto st = check_view(out, "output"); !st.ok()) return st;
+  if (out.n != h.n)
+    return {status_code::shape_mismatch, std::string("output has ").append(std::to_string(out.n))
+                                             .append(" elements, frame has ").append(std::to_string(h.n))};
+  auto picked = pick(opt.where, h.codec);
+  if (!picked) return picked.error();
+  const codec_ops& ops = *picked.value();
+  const codec_spec spec = spec_of(h);
+  const operation op = accumulate ? operation::decode_accumulate : operation::decode;
+  if (auto st = check_workspace(need_workspace(ops, spec, out, op), opt); !st.ok()) return st;
+  carver ws(opt.workspace);
+  detail::decode_call call{h, frame.data() + header_bytes, out, alpha, accumulate, ws.rest(), opt.threads, opt.stream};
+  return ops.decode(call);
+}
+
+}  // namespace
+
+status decode(const_bytes frame, tensor_view out, const exec_options& opt) noexcept {
+  return decode_common(frame, out, 1.0f, false, opt);
+}
+
+status decode_accumulate(const_bytes frame, tensor_view acc, float alpha, const exec_options& opt) noexcept {
+  return decode_common(frame, acc, alpha, true, opt);
+}
+
+result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& ctx, const_tensor_view grad,
+                                         tensor_view residual, mutable_bytes out,
+                                         const exec_options& opt) noexcept {
+  if (auto st = check_encode_args(spec, grad, out); !st.ok()) return st;
+  if (auto st = check_view(residual, "residual"); !st.ok()) return st;
+  if (residual.n != grad.n) return status{status_code::shape_mismatch, "residual and gradient differ in length"};
+  if (spec.nonfinite == nonfinite_policy::error && any_nonfinite(residual))
+    return status{status_code::nonfinite_input, "residual holds NaN or Inf (nonfinite=error)"};
+  auto picked = pick(opt.where, spec.id);
+  if (!picked) return picked.error();
+  const codec_ops& ops = *picked.value();
+  if (auto st = check_workspace(need_workspace(ops, spec, grad, operation::encode_with_feedback), opt); !st.ok())
+    return st;
+  carver ws(opt.workspace);
+  frame_header h = base_header(spec, grad, grad.type);
+  if (ops.encode_feedback != nullptr) {
+    detail::feedback_call call{{spec, ctx, grad, grad.type, out.data() + header_bytes, out.size() - header_bytes,
+                                ws.rest(), h, opt.threads, opt.stream},
+                               residual};
+    if (auto st = ops.encode_feedback(call); !st.ok()) return st;
+    return finish_encode(h, out);
+  }
+  // Generic composition: p = g + e; encode p; d = decode; e = p - d.
+  auto* p = reinterpret_cast<float*>(ws.take(grad.n * 4));
+  auto* d = reinterpret_cast<float*>(ws.take(grad.n * 4));
+  for (std::uint64_t i = 0; i < grad.n; ++i) p[i] = load(grad, i) + load(residual, i);
+  const const_tensor_view pv{p, grad.n, dtype::f32, grad.rows};
+  detail::encode_call call{spec, ctx, pv, grad.type, out.data() + header_bytes, out.size() - header_bytes,
+                           ws.rest(), h, opt.threads, opt.stream};
+  if (auto st = ops.encode(call); !st.ok()) return st;
+  auto written = finish_encode(h, out);
+  if (!written) return written;
+  const tensor_view dv{d, grad.n, dtype::f32, grad.rows};
+  detail::decode_call dcall{h, out.data() + header_bytes, dv, 1.0f, false, ws.rest(), opt.threads, opt.stream};
+  if (auto st = ops.decode(dcall); !st.ok()) return st;
+  for (std::uint64_t i = 0; i < grad.n; ++i) store(residual, i, p[i] - d[i]);
+  return written;
+}
+
+}  // namespace gradcodec
