@@ -12,3 +12,4 @@
 #include "gradcodec/status.hpp"
 #include "gradcodec/version.hpp"
 #include "gradcodec/views.hpp"
+#include "gradcodec/vote.hpp"

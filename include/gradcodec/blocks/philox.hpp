@@ -87,8 +87,11 @@ GRADCODEC_HD float uniform01(std::uint32_t r) {
 
 //! floor(r * m / 2^32): an unbiased-enough integer in [0, m) without division.
 GRADCODEC_HD std::uint64_t scale_u32(std::uint32_t r, std::uint64_t m) {
-  // m < 2^32 in every use (a random-k stratum); the product fits in 64 bits.
-  return (static_cast<std::uint64_t>(r) * m) >> 32;
+  // Exact for any m: a random-k stratum or DGC stride reaches 2^48 when k or the sample is
+  // small, so m is split in 32-bit halves (r * m_hi * 2^32 / 2^32 is exact, no product
+  // exceeds 64 bits). For m < 2^32 this is (r * m) >> 32.
+  const std::uint64_t r64 = r;
+  return r64 * (m >> 32) + ((r64 * (m & 0xFFFFFFFFu)) >> 32);
 }
 
 }  // namespace gradcodec::blocks
