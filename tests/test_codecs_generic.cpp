@@ -9,38 +9,14 @@
 #include <string>
 
 #include "support/data.hpp"
+#include "support/specs.hpp"
 
 namespace gc = gradcodec;
 using gc::test::tensor;
 
 namespace {
 
-const char* const kSpecs[] = {
-    "topk:ratio=0.05",
-    "topk:k=3",
-    "dgc:ratio=0.05",
-    "randomk:ratio=0.1",
-    "randomk:ratio=0.1,unbiased=1",
-    "threshold:tau=0.5",
-    "threshold:tau=0.1,cap=5",
-    "qsgd",
-    "qsgd:levels=127,bucket=100,norm=max,rounding=nearest",
-    "terngrad",
-    "terngrad:bucket=64,clip=2.5",
-    "minmax",
-    "minmax:bits=1,bucket=33",
-    "minmax:bits=3,bucket=100,rounding=stochastic",
-    "minmax:bits=8",
-    "onebit",
-    "onebit:bucket=100",
-    "sign",
-    "sign:scale=mean,bucket=100",
-    "sign:scale=l2",
-    "fp16",
-    "bf16",
-    "powersgd:rank=2",
-    "powersgd:rank=1,min_rate=0",
-};
+using gc::test::kSpecs;
 
 struct param {
   std::string spec;
@@ -49,7 +25,8 @@ struct param {
 };
 
 std::string name_of(const testing::TestParamInfo<param>& p) {
-  std::string s = p.param.spec + "_" + std::string(gc::dtype_name(p.param.type)) + "_" + std::to_string(p.param.n);
+  std::string s = p.param.spec + "_" + std::string(gc::dtype_name(p.param.type)) + "_" +
+                  std::to_string(p.param.n);
   for (auto& c : s)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return s + "_" + std::to_string(p.index);
@@ -112,7 +89,9 @@ TEST_P(EveryCodec, DecodesIntoEveryDtypeConsistently) {
     ASSERT_TRUE(gc::test::decode_vec(f.value(), y.mview()).ok());
     for (std::uint64_t i = 0; i < x.n; ++i) {
       tensor r(std::vector<float>{y32.get(i)}, t);
-      ASSERT_TRUE(gc::test::same_bits(y.get(i), r.get(0)) || (std::isnan(y.get(i)) && std::isnan(r.get(0)))) << i;
+      ASSERT_TRUE(gc::test::same_bits(y.get(i), r.get(0)) ||
+                  (std::isnan(y.get(i)) && std::isnan(r.get(0))))
+          << i;
     }
   }
 }
@@ -127,14 +106,16 @@ TEST_P(EveryCodec, DecodeAccumulateIsFmaOfDecode) {
   const auto acc0 = gc::test::gaussian(x.n, 99);
   tensor acc(acc0, gc::dtype::f32, x.rows);
   const float alpha = 0.375f;
-  ASSERT_TRUE(gc::test::decode_vec(f.value(), acc.mview(), gc::backend::reference, true, alpha).ok());
+  ASSERT_TRUE(
+      gc::test::decode_vec(f.value(), acc.mview(), gc::backend::reference, true, alpha).ok());
   for (std::uint64_t i = 0; i < x.n; ++i)
     ASSERT_TRUE(gc::test::same_bits(acc.get(i), std::fma(alpha, d.get(i), acc0[i]))) << i;
 }
 
 TEST_P(EveryCodec, ErrorFeedbackLeavesPMinusDecodedAndEncodesP) {
   const auto s = spec();
-  if (GetParam().type != gc::dtype::f32) GTEST_SKIP() << "checked exactly for f32 gradients and residuals";
+  if (GetParam().type != gc::dtype::f32)
+    GTEST_SKIP() << "checked exactly for f32 gradients and residuals";
   const tensor g = input(11);
   tensor e(gc::test::gaussian(g.n, 12, 0.25f), gc::dtype::f32, g.rows);
   std::vector<float> p(g.n);
@@ -150,12 +131,14 @@ TEST_P(EveryCodec, ErrorFeedbackLeavesPMinusDecodedAndEncodesP) {
   ASSERT_TRUE(n.ok()) << n.error().message();
   frame.resize(n.value());
 
-  auto direct = gc::test::encode_vec(s, ctx, gc::const_tensor_view{p.data(), g.n, gc::dtype::f32, g.rows});
+  auto direct =
+      gc::test::encode_vec(s, ctx, gc::const_tensor_view{p.data(), g.n, gc::dtype::f32, g.rows});
   ASSERT_TRUE(direct.ok());
   EXPECT_EQ(frame, direct.value()) << "error feedback must encode p = g + e";
   tensor d = tensor::zeros(g.n, gc::dtype::f32, g.rows);
   ASSERT_TRUE(gc::test::decode_vec(frame, d.mview()).ok());
-  for (std::uint64_t i = 0; i < g.n; ++i) ASSERT_TRUE(gc::test::same_bits(e.get(i), p[i] - d.get(i))) << i;
+  for (std::uint64_t i = 0; i < g.n; ++i)
+    ASSERT_TRUE(gc::test::same_bits(e.get(i), p[i] - d.get(i))) << i;
 }
 
 TEST_P(EveryCodec, NonFiniteInputStaysVisible) {
@@ -207,14 +190,15 @@ TEST_P(EveryCodec, EncodeIntoOneByteShortBufferFailsCleanly) {
 }
 
 //! Decodes `frame` into a guarded f32 output; returns the status and checks the guards.
-gc::status guarded_decode(const std::vector<std::byte>& frame, std::uint64_t n, std::uint64_t rows, bool* intact,
-                          bool* untouched) {
+gc::status guarded_decode(const std::vector<std::byte>& frame, std::uint64_t n, std::uint64_t rows,
+                          bool* intact, bool* untouched) {
   gc::test::guarded out(n * 4);
   std::vector<std::byte> ws(1 << 20);
   gc::exec_options opt{gc::backend::reference, ws};
   auto h = gc::peek(frame);
   if (h.ok()) {
-    auto need = gc::workspace_size(gc::spec_of(h.value()), {nullptr, n, gc::dtype::f32, rows}, gc::operation::decode, opt);
+    auto need = gc::workspace_size(gc::spec_of(h.value()), {nullptr, n, gc::dtype::f32, rows},
+                                   gc::operation::decode, opt);
     if (need.ok() && need.value() > ws.size()) ws.resize(need.value()), opt.workspace = ws;
   }
   auto st = gc::decode(frame, {out.data(), n, gc::dtype::f32, rows}, opt);
@@ -247,12 +231,14 @@ TEST_P(EveryCodec, DecoderRejectsDamagedFramesWithoutWritingOutside) {
   // One byte too long.
   auto longer = f;
   longer.push_back(std::byte{0});
-  EXPECT_EQ(guarded_decode(longer, x.n, x.rows, &intact, &untouched).code(), gc::status_code::corrupt_frame);
+  EXPECT_EQ(guarded_decode(longer, x.n, x.rows, &intact, &untouched).code(),
+            gc::status_code::corrupt_frame);
   EXPECT_TRUE(untouched);
   // Another format version.
   auto v2 = f;
   rewrite_header(v2, [](gc::frame_header& h) { h.version = 2; });
-  EXPECT_EQ(guarded_decode(v2, x.n, x.rows, &intact, &untouched).code(), gc::status_code::unsupported_version);
+  EXPECT_EQ(guarded_decode(v2, x.n, x.rows, &intact, &untouched).code(),
+            gc::status_code::unsupported_version);
   EXPECT_TRUE(untouched);
   // An oversized count (or a count where the codec has none), with a consistent payload size.
   auto big = f;
@@ -261,12 +247,14 @@ TEST_P(EveryCodec, DecoderRejectsDamagedFramesWithoutWritingOutside) {
   EXPECT_TRUE(untouched);
   // Output of the wrong length.
   gc::test::guarded small((x.n + 1) * 4);
-  EXPECT_EQ(gc::decode(f, {small.data(), x.n + 1, gc::dtype::f32, 0}).code(), gc::status_code::shape_mismatch);
+  EXPECT_EQ(gc::decode(f, {small.data(), x.n + 1, gc::dtype::f32, 0}).code(),
+            gc::status_code::shape_mismatch);
   EXPECT_TRUE(small.untouched());
 
   // Every bit flip in the header fails; flips in the payload may decode, but never write
   // outside the output.
-  for (std::size_t bit = 0; bit < f.size() * 8; bit += (bit < gc::header_bytes * 8 ? 1 : 1 + f.size() / 64)) {
+  for (std::size_t bit = 0; bit < f.size() * 8;
+       bit += (bit < gc::header_bytes * 8 ? 1 : 1 + f.size() / 64)) {
     auto flipped = f;
     flipped[bit / 8] ^= static_cast<std::byte>(1u << (bit % 8));
     const auto st = guarded_decode(flipped, x.n, x.rows, &intact, &untouched);

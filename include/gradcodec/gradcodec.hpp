@@ -5,6 +5,7 @@
 
 #include "gradcodec/codec.hpp"
 #include "gradcodec/context.hpp"
+#include "gradcodec/cpu.hpp"
 #include "gradcodec/dtype.hpp"
 #include "gradcodec/frame.hpp"
 #include "gradcodec/powersgd.hpp"

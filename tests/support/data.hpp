@@ -21,7 +21,9 @@ inline std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scal
     s = s * 6364136223846793005ull + 1442695040888963407ull;
     return (static_cast<double>(s >> 11) + 0.5) * 0x1p-53;
   };
-  for (auto& x : v) x = scale * static_cast<float>(std::sqrt(-2.0 * std::log(next())) * std::cos(6.283185307179586 * next()));
+  for (auto& x : v)
+    x = scale * static_cast<float>(std::sqrt(-2.0 * std::log(next())) *
+                                   std::cos(6.283185307179586 * next()));
   return v;
 }
 
@@ -33,10 +35,13 @@ struct tensor {
   std::vector<std::byte> bytes;
 
   tensor() = default;
-  tensor(const std::vector<float>& v, dtype t, std::uint64_t r = 0) : type(t), n(v.size()), rows(r), bytes(v.size() * dtype_size(t)) {
+  tensor(const std::vector<float>& v, dtype t, std::uint64_t r = 0)
+      : type(t), n(v.size()), rows(r), bytes(v.size() * dtype_size(t)) {
     for (std::uint64_t i = 0; i < n; ++i) set(i, v[i]);
   }
-  static tensor zeros(std::uint64_t n, dtype t, std::uint64_t r = 0) { return tensor(std::vector<float>(n, 0.0f), t, r); }
+  static tensor zeros(std::uint64_t n, dtype t, std::uint64_t r = 0) {
+    return tensor(std::vector<float>(n, 0.0f), t, r);
+  }
 
   float get(std::uint64_t i) const {
     if (type == dtype::f32) {
@@ -84,7 +89,8 @@ struct guarded {
 };
 
 //! Encodes with a workspace sized by the library, on the given backend.
-inline result<std::vector<std::byte>> encode_vec(const codec_spec& spec, const context& ctx, const_tensor_view in,
+inline result<std::vector<std::byte>> encode_vec(const codec_spec& spec, const context& ctx,
+                                                 const_tensor_view in,
                                                  backend where = backend::reference) {
   exec_options opt{where};
   auto ws_size = workspace_size(spec, in, operation::encode, opt);
@@ -98,12 +104,14 @@ inline result<std::vector<std::byte>> encode_vec(const codec_spec& spec, const c
   return out;
 }
 
-inline status decode_vec(const std::vector<std::byte>& frame, tensor_view out, backend where = backend::reference,
-                         bool accumulate = false, float alpha = 1.0f) {
+inline status decode_vec(const std::vector<std::byte>& frame, tensor_view out,
+                         backend where = backend::reference, bool accumulate = false,
+                         float alpha = 1.0f) {
   exec_options opt{where};
   auto h = peek(frame);
   if (!h) return h.error();
-  auto ws_size = workspace_size(spec_of(h.value()), out, accumulate ? operation::decode_accumulate : operation::decode, opt);
+  auto ws_size = workspace_size(spec_of(h.value()), out,
+                                accumulate ? operation::decode_accumulate : operation::decode, opt);
   if (!ws_size) return ws_size.error();
   std::vector<std::byte> ws(ws_size.value());
   opt.workspace = ws;
