@@ -4,8 +4,10 @@
 //! and the codec table. Included by table_<isa>.cpp inside namespace
 //! gradcodec::cpu::<isa> and a target region, with GRADCODEC_CPU_LEVEL set.
 
-#include "kernels/cast-inl.hpp"
+// The SIMD layer first: every kernel family is written against it.
 #include "simd-inl.hpp"
+
+#include "kernels/cast-inl.hpp"
 
 const detail::backend_table* table() noexcept {
   // A codec without an entry here runs on the reference backend under backend::automatic
