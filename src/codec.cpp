@@ -40,26 +40,30 @@ result<const codec_ops*> pick(backend where, codec_id id) noexcept {
   const backend_table* t = nullptr;
   if (where == backend::automatic) {
     t = detail::cpu_backend();
-    if (t == nullptr || t->codecs[static_cast<int>(id) - 1].encode == nullptr) t = &detail::reference_backend();
+    if (t == nullptr || t->codecs[static_cast<int>(id) - 1].encode == nullptr)
+      t = &detail::reference_backend();
   } else {
     t = table_of(where);
   }
   if (t == nullptr)
-    return status{status_code::backend_unavailable,
-                  std::string("backend '").append(backend_name(where)).append("' is not available")};
+    return status{
+        status_code::backend_unavailable,
+        std::string("backend '").append(backend_name(where)).append("' is not available")};
   const codec_ops& ops = t->codecs[static_cast<int>(id) - 1];
   if (ops.encode == nullptr || ops.decode == nullptr)
-    return status{status_code::backend_unavailable, std::string(codec_name(id))
-                                                        .append(" is not implemented on backend ")
-                                                        .append(t->name)};
+    return status{
+        status_code::backend_unavailable,
+        std::string(codec_name(id)).append(" is not implemented on backend ").append(t->name)};
   return &ops;
 }
 
 status check_view(const_tensor_view v, std::string_view what) {
-  if (!dtype_valid(static_cast<std::uint8_t>(v.type))) return invalid(std::string(what).append(": unknown dtype"));
+  if (!dtype_valid(static_cast<std::uint8_t>(v.type)))
+    return invalid(std::string(what).append(": unknown dtype"));
   if (v.n > max_elements) return invalid(std::string(what).append(": more than 2^48 elements"));
   if (v.n > 0 && v.data == nullptr) return invalid(std::string(what).append(": null data"));
-  if (v.rows > 0 && v.n % v.rows != 0) return invalid(std::string(what).append(": rows do not divide n"));
+  if (v.rows > 0 && v.n % v.rows != 0)
+    return invalid(std::string(what).append(": rows do not divide n"));
   return {};
 }
 
@@ -104,14 +108,16 @@ struct carver {
   mutable_bytes rest() const { return {p, static_cast<std::size_t>(end - p)}; }
 };
 
-std::size_t generic_feedback_workspace(const codec_ops& ops, const codec_spec& spec, const_tensor_view shape) {
+std::size_t generic_feedback_workspace(const codec_ops& ops, const codec_spec& spec,
+                                       const_tensor_view shape) {
   const const_tensor_view p{nullptr, shape.n, dtype::f32, shape.rows};
   const std::size_t inner = std::max(ops.workspace ? ops.workspace(spec, p, operation::encode) : 0,
                                      ops.workspace ? ops.workspace(spec, p, operation::decode) : 0);
   return 2 * ((shape.n * 4 + ws_align - 1) / ws_align * ws_align) + inner + ws_align;
 }
 
-std::size_t need_workspace(const codec_ops& ops, const codec_spec& spec, const_tensor_view shape, operation op) {
+std::size_t need_workspace(const codec_ops& ops, const codec_spec& spec, const_tensor_view shape,
+                           operation op) {
   if (op == operation::encode_with_feedback && ops.encode_feedback == nullptr)
     return generic_feedback_workspace(ops, spec, shape);
   const std::size_t w = ops.workspace ? ops.workspace(spec, shape, op) : 0;
@@ -120,9 +126,10 @@ std::size_t need_workspace(const codec_ops& ops, const codec_spec& spec, const_t
 
 status check_workspace(std::size_t need, const exec_options& opt) {
   if (opt.workspace.size() < need)
-    return {status_code::workspace_too_small,
-            std::string("workspace of ").append(std::to_string(opt.workspace.size()))
-                .append(" bytes, need ").append(std::to_string(need))};
+    return {status_code::workspace_too_small, std::string("workspace of ")
+                                                  .append(std::to_string(opt.workspace.size()))
+                                                  .append(" bytes, need ")
+                                                  .append(std::to_string(need))};
   return {};
 }
 
@@ -169,25 +176,33 @@ std::string_view backend_name(backend b) noexcept {
 result<backend> backend_from_name(std::string_view name) {
   for (backend b : {backend::automatic, backend::reference, backend::cpu, backend::cuda})
     if (backend_name(b) == name) return b;
-  return status{status_code::invalid_argument,
-                std::string("unknown backend '").append(name).append("' (auto|reference|cpu|cuda)")};
+  return status{
+      status_code::invalid_argument,
+      std::string("unknown backend '").append(name).append("' (auto|reference|cpu|cuda)")};
 }
 
 bool backend_available(backend b) noexcept {
   return b == backend::automatic || table_of(b) != nullptr;
 }
 
-std::uint64_t encode_bound(const codec_spec& spec, std::uint64_t n, dtype type, std::uint64_t rows) noexcept {
+std::uint64_t encode_bound(const codec_spec& spec, std::uint64_t n, dtype type,
+                           std::uint64_t rows) noexcept {
   using namespace blocks;
   const std::uint64_t vsize = dtype_size(type);
-  std::uint64_t k = spec.k > 0 ? spec.k : (n == 0 ? 0 : std::max<std::uint64_t>(1, static_cast<std::uint64_t>(spec.ratio * static_cast<double>(n))));
+  std::uint64_t k =
+      spec.k > 0
+          ? spec.k
+          : (n == 0 ? 0
+                    : std::max<std::uint64_t>(
+                          1, static_cast<std::uint64_t>(spec.ratio * static_cast<double>(n))));
   k = std::min(k, n);
   std::uint64_t payload = 0;
   switch (spec.id) {
     case codec_id::topk:
     case codec_id::dgc: payload = sparse_layout_of(k, vsize, n > 0xFFFFFFFFu).total; break;
     case codec_id::threshold:
-      payload = sparse_layout_of(spec.cap > 0 ? std::min(spec.cap, n) : n, vsize, n > 0xFFFFFFFFu).total;
+      payload =
+          sparse_layout_of(spec.cap > 0 ? std::min(spec.cap, n) : n, vsize, n > 0xFFFFFFFFu).total;
       break;
     case codec_id::randomk: payload = randomk_layout_of(k, vsize).total; break;
     case codec_id::qsgd: {
@@ -240,7 +255,8 @@ codec_spec spec_of(const frame_header& h) noexcept {
     s.rounding = (h.mode & mode_stochastic) ? rounding_mode::stochastic : rounding_mode::nearest;
   if (h.group > 0 && h.codec != codec_id::powersgd) s.bucket = h.group;
   if (h.codec == codec_id::terngrad) s.clip = h.param;
-  if (h.codec == codec_id::sign) s.scale = static_cast<scale_kind>((h.mode & mode_scale_mask) >> mode_scale_shift);
+  if (h.codec == codec_id::sign)
+    s.scale = static_cast<scale_kind>((h.mode & mode_scale_mask) >> mode_scale_shift);
   if (h.codec == codec_id::powersgd) {
     if (h.group > 0) s.rank = h.group;
     s.eps = h.param;
@@ -262,11 +278,13 @@ result<std::size_t> encode(const codec_spec& spec, const context& ctx, const_ten
   auto picked = pick(opt.where, spec.id);
   if (!picked) return picked.error();
   const codec_ops& ops = *picked.value();
-  if (auto st = check_workspace(need_workspace(ops, spec, in, operation::encode), opt); !st.ok()) return st;
+  if (auto st = check_workspace(need_workspace(ops, spec, in, operation::encode), opt); !st.ok())
+    return st;
   carver ws(opt.workspace);
   frame_header h = base_header(spec, in, in.type);
-  detail::encode_call call{spec, ctx, in, in.type, out.data() + header_bytes, out.size() - header_bytes,
-                           ws.rest(), h, opt.threads, opt.stream};
+  detail::encode_call call{
+      spec,      ctx, in,          in.type,   out.data() + header_bytes, out.size() - header_bytes,
+      ws.rest(), h,   opt.threads, opt.stream};
   if (auto st = ops.encode(call); !st.ok()) return st;
   return finish_encode(h, out);
 }
@@ -279,12 +297,16 @@ status decode_common(const_bytes frame, tensor_view out, float alpha, bool accum
   if (!hdr) return hdr.error();
   const frame_header& h = hdr.value();
   if (frame.size() != h.frame_bytes())
-    return {status_code::corrupt_frame, std::string("frame is ").append(std::to_string(frame.size()))
-                                            .append(" bytes, header says ").append(std::to_string(h.frame_bytes()))};
+    return {status_code::corrupt_frame, std::string("frame is ")
+                                            .append(std::to_string(frame.size()))
+                                            .append(" bytes, header says ")
+                                            .append(std::to_string(h.frame_bytes()))};
   if (auto st = check_view(out, "output"); !st.ok()) return st;
   if (out.n != h.n)
-    return {status_code::shape_mismatch, std::string("output has ").append(std::to_string(out.n))
-                                             .append(" elements, frame has ").append(std::to_string(h.n))};
+    return {status_code::shape_mismatch, std::string("output has ")
+                                             .append(std::to_string(out.n))
+                                             .append(" elements, frame has ")
+                                             .append(std::to_string(h.n))};
   auto picked = pick(opt.where, h.codec);
   if (!picked) return picked.error();
   const codec_ops& ops = *picked.value();
@@ -292,7 +314,8 @@ status decode_common(const_bytes frame, tensor_view out, float alpha, bool accum
   const operation op = accumulate ? operation::decode_accumulate : operation::decode;
   if (auto st = check_workspace(need_workspace(ops, spec, out, op), opt); !st.ok()) return st;
   carver ws(opt.workspace);
-  detail::decode_call call{h, frame.data() + header_bytes, out, alpha, accumulate, ws.rest(), opt.threads, opt.stream};
+  detail::decode_call call{
+      h, frame.data() + header_bytes, out, alpha, accumulate, ws.rest(), opt.threads, opt.stream};
   return ops.decode(call);
 }
 
@@ -302,28 +325,32 @@ status decode(const_bytes frame, tensor_view out, const exec_options& opt) noexc
   return decode_common(frame, out, 1.0f, false, opt);
 }
 
-status decode_accumulate(const_bytes frame, tensor_view acc, float alpha, const exec_options& opt) noexcept {
+status decode_accumulate(const_bytes frame, tensor_view acc, float alpha,
+                         const exec_options& opt) noexcept {
   return decode_common(frame, acc, alpha, true, opt);
 }
 
-result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& ctx, const_tensor_view grad,
-                                         tensor_view residual, mutable_bytes out,
-                                         const exec_options& opt) noexcept {
+result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& ctx,
+                                         const_tensor_view grad, tensor_view residual,
+                                         mutable_bytes out, const exec_options& opt) noexcept {
   if (auto st = check_encode_args(spec, grad, out); !st.ok()) return st;
   if (auto st = check_view(residual, "residual"); !st.ok()) return st;
-  if (residual.n != grad.n) return status{status_code::shape_mismatch, "residual and gradient differ in length"};
+  if (residual.n != grad.n)
+    return status{status_code::shape_mismatch, "residual and gradient differ in length"};
   if (spec.nonfinite == nonfinite_policy::error && any_nonfinite(residual))
     return status{status_code::nonfinite_input, "residual holds NaN or Inf (nonfinite=error)"};
   auto picked = pick(opt.where, spec.id);
   if (!picked) return picked.error();
   const codec_ops& ops = *picked.value();
-  if (auto st = check_workspace(need_workspace(ops, spec, grad, operation::encode_with_feedback), opt); !st.ok())
+  if (auto st =
+          check_workspace(need_workspace(ops, spec, grad, operation::encode_with_feedback), opt);
+      !st.ok())
     return st;
   carver ws(opt.workspace);
   frame_header h = base_header(spec, grad, grad.type);
   if (ops.encode_feedback != nullptr) {
-    detail::feedback_call call{{spec, ctx, grad, grad.type, out.data() + header_bytes, out.size() - header_bytes,
-                                ws.rest(), h, opt.threads, opt.stream},
+    detail::feedback_call call{{spec, ctx, grad, grad.type, out.data() + header_bytes,
+                                out.size() - header_bytes, ws.rest(), h, opt.threads, opt.stream},
                                residual};
     if (auto st = ops.encode_feedback(call); !st.ok()) return st;
     return finish_encode(h, out);
@@ -333,13 +360,15 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
   auto* d = reinterpret_cast<float*>(ws.take(grad.n * 4));
   for (std::uint64_t i = 0; i < grad.n; ++i) p[i] = load(grad, i) + load(residual, i);
   const const_tensor_view pv{p, grad.n, dtype::f32, grad.rows};
-  detail::encode_call call{spec, ctx, pv, grad.type, out.data() + header_bytes, out.size() - header_bytes,
-                           ws.rest(), h, opt.threads, opt.stream};
+  detail::encode_call call{
+      spec,      ctx, pv,          grad.type, out.data() + header_bytes, out.size() - header_bytes,
+      ws.rest(), h,   opt.threads, opt.stream};
   if (auto st = ops.encode(call); !st.ok()) return st;
   auto written = finish_encode(h, out);
   if (!written) return written;
   const tensor_view dv{d, grad.n, dtype::f32, grad.rows};
-  detail::decode_call dcall{h, out.data() + header_bytes, dv, 1.0f, false, ws.rest(), opt.threads, opt.stream};
+  detail::decode_call dcall{
+      h, out.data() + header_bytes, dv, 1.0f, false, ws.rest(), opt.threads, opt.stream};
   if (auto st = ops.decode(dcall); !st.ok()) return st;
   for (std::uint64_t i = 0; i < grad.n; ++i) store(residual, i, p[i] - d[i]);
   return written;

@@ -85,7 +85,8 @@ result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {
   if (index64 != want_index64) return corrupt("index width flag does not match n");
 
   // Fields a codec does not use must be zero; the ones it uses must be in range.
-  const bool uses_count = is_sparse(h.codec) || h.codec == codec_id::randomk || h.codec == codec_id::powersgd;
+  const bool uses_count =
+      is_sparse(h.codec) || h.codec == codec_id::randomk || h.codec == codec_id::powersgd;
   const bool uses_group = is_bucketed(h.codec) || h.codec == codec_id::powersgd;
   const bool uses_level = h.codec == codec_id::qsgd || h.codec == codec_id::minmax;
   const bool uses_param = h.codec == codec_id::threshold || h.codec == codec_id::dgc ||
@@ -99,11 +100,13 @@ result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {
   if (!uses_group && h.group != 0) return corrupt("group must be zero for this codec");
   if (!uses_level && h.level != 0) return corrupt("level must be zero for this codec");
   if (!uses_param && h.param != 0.0f) return corrupt("param must be zero for this codec");
-  if (uses_param && !(h.param >= 0.0f && std::isfinite(h.param))) return corrupt("param out of range");
+  if (uses_param && !(h.param >= 0.0f && std::isfinite(h.param)))
+    return corrupt("param out of range");
   if ((h.mode & ~modes) != 0) return corrupt("unknown mode bits");
   if (h.codec == codec_id::sign && ((h.mode & mode_scale_mask) >> mode_scale_shift) > 2)
     return corrupt("unknown sign scale");
-  if (is_bucketed(h.codec) && (h.group < 1 || h.group > (1u << 24))) return corrupt("bucket out of range");
+  if (is_bucketed(h.codec) && (h.group < 1 || h.group > (1u << 24)))
+    return corrupt("bucket out of range");
 
   const std::uint64_t vsize = dtype_size(h.type);
   switch (h.codec) {
@@ -149,7 +152,8 @@ result<frame_header> peek(const_bytes frame) noexcept {
   if (get<std::uint32_t>(p, 0) != frame_magic) return corrupt("bad magic (not a gradcodec frame)");
   frame_header h;
   h.version = get<std::uint8_t>(p, 4);
-  if (h.version != format_version) return status{status_code::unsupported_version, "unsupported format version"};
+  if (h.version != format_version)
+    return status{status_code::unsupported_version, "unsupported format version"};
   if (get<std::uint32_t>(p, 44) != crc32c(p, 44)) return corrupt("header checksum mismatch");
   if (get<std::uint8_t>(p, 39) != 0) return corrupt("reserved header byte is not zero");
   h.codec = static_cast<codec_id>(get<std::uint8_t>(p, 5));
@@ -164,7 +168,8 @@ result<frame_header> peek(const_bytes frame) noexcept {
   h.param = get<float>(p, 40);
   auto want = expected_payload_bytes(h);
   if (!want) return want.error();
-  if (want.value() != h.payload_bytes) return corrupt("payload size does not match the header fields");
+  if (want.value() != h.payload_bytes)
+    return corrupt("payload size does not match the header fields");
   return h;
 }
 

@@ -14,16 +14,19 @@ namespace {
 
 using namespace std::string_view_literals;
 
-constexpr param_info p_ratio{"ratio", "codec default", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"};
+constexpr param_info p_ratio{"ratio", "codec default", "(0, 1]",
+                             "kept fraction: k = max(1, floor(ratio*n))"};
 constexpr param_info p_k{"k", "0", ">= 0", "absolute count; overrides ratio when > 0"};
 constexpr param_info p_nonfinite{"nonfinite", "propagate", "propagate|error",
                                  "keep NaN/Inf visible, or refuse to encode them"};
 
 constexpr std::array topk_params{
-    param_info{"ratio", "0.01", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k, p_nonfinite};
+    param_info{"ratio", "0.01", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
+    p_nonfinite};
 constexpr std::array dgc_params{
     param_info{"ratio", "0.001", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
-    param_info{"sample", "0.01", "(0, 1]", "fraction of elements sampled to estimate the threshold"},
+    param_info{"sample", "0.01", "(0, 1]",
+               "fraction of elements sampled to estimate the threshold"},
     p_nonfinite};
 constexpr std::array randomk_params{
     param_info{"ratio", "0.01", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
@@ -31,7 +34,8 @@ constexpr std::array randomk_params{
     p_nonfinite};
 constexpr std::array threshold_params{
     param_info{"tau", "0.001", ">= 0", "keep elements with |x| >= tau"},
-    param_info{"cap", "0", ">= 0", "keep at most cap elements (the largest); 0 = no cap"}, p_nonfinite};
+    param_info{"cap", "0", ">= 0", "keep at most cap elements (the largest); 0 = no cap"},
+    p_nonfinite};
 constexpr std::array qsgd_params{
     param_info{"levels", "7", "1..127", "s levels per sign; ceil(log2(2s+1)) bits per element"},
     param_info{"bucket", "512", "1..16777216", "elements per norm"},
@@ -48,10 +52,10 @@ constexpr std::array minmax_params{
 constexpr std::array onebit_params{
     param_info{"bucket", "2048", "1..16777216", "elements per pair of reconstruction means"},
     p_nonfinite};
-constexpr std::array sign_params{
-    param_info{"bucket", "2048", "1..16777216", "elements per scale"},
-    param_info{"scale", "none", "none|mean|l2", "1 (signSGD), mean |x| (EF-signSGD) or ||x||2/sqrt(n)"},
-    p_nonfinite};
+constexpr std::array sign_params{param_info{"bucket", "2048", "1..16777216", "elements per scale"},
+                                 param_info{"scale", "none", "none|mean|l2",
+                                            "1 (signSGD), mean |x| (EF-signSGD) or ||x||2/sqrt(n)"},
+                                 p_nonfinite};
 constexpr std::array cast_params{p_nonfinite};
 constexpr std::array powersgd_params{
     param_info{"rank", "4", "1..64", "rank r of the approximation"},
@@ -60,18 +64,28 @@ constexpr std::array powersgd_params{
     p_nonfinite};
 
 constexpr std::array<codec_info, codec_count> codec_table{{
-    {codec_id::topk, "topk", "exact top-k by magnitude, ties to the lower index", "64*k/n (u32 indices)", false, topk_params},
-    {codec_id::dgc, "dgc", "DGC sampled-threshold top-k, exactly k sent", "64*k/n (u32 indices)", false, dgc_params},
-    {codec_id::randomk, "randomk", "stratified random-k from the shared seed, values only", "32*k/n", false, randomk_params},
-    {codec_id::threshold, "threshold", "all |x| >= tau (variable count, optional cap)", "64*m/n for m kept", false, threshold_params},
-    {codec_id::qsgd, "qsgd", "QSGD: s levels, bucket norm, stochastic rounding", "ceil(log2(2s+1)) + 32/bucket", true, qsgd_params},
-    {codec_id::terngrad, "terngrad", "TernGrad: {-s,0,s} per bucket, stochastic", "2 + 32/bucket", true, terngrad_params},
-    {codec_id::minmax, "minmax", "min-max b-bit per bucket", "bits + 64/bucket", false, minmax_params},
-    {codec_id::onebit, "onebit", "1-bit SGD: two reconstruction means per bucket", "1 + 64/bucket", false, onebit_params},
-    {codec_id::sign, "sign", "signSGD / scaled sign (EF-signSGD)", "1 + 32/bucket", false, sign_params},
+    {codec_id::topk, "topk", "exact top-k by magnitude, ties to the lower index",
+     "64*k/n (u32 indices)", false, topk_params},
+    {codec_id::dgc, "dgc", "DGC sampled-threshold top-k, exactly k sent", "64*k/n (u32 indices)",
+     false, dgc_params},
+    {codec_id::randomk, "randomk", "stratified random-k from the shared seed, values only",
+     "32*k/n", false, randomk_params},
+    {codec_id::threshold, "threshold", "all |x| >= tau (variable count, optional cap)",
+     "64*m/n for m kept", false, threshold_params},
+    {codec_id::qsgd, "qsgd", "QSGD: s levels, bucket norm, stochastic rounding",
+     "ceil(log2(2s+1)) + 32/bucket", true, qsgd_params},
+    {codec_id::terngrad, "terngrad", "TernGrad: {-s,0,s} per bucket, stochastic", "2 + 32/bucket",
+     true, terngrad_params},
+    {codec_id::minmax, "minmax", "min-max b-bit per bucket", "bits + 64/bucket", false,
+     minmax_params},
+    {codec_id::onebit, "onebit", "1-bit SGD: two reconstruction means per bucket", "1 + 64/bucket",
+     false, onebit_params},
+    {codec_id::sign, "sign", "signSGD / scaled sign (EF-signSGD)", "1 + 32/bucket", false,
+     sign_params},
     {codec_id::fp16, "fp16", "IEEE half cast, round to nearest even", "16", false, cast_params},
     {codec_id::bf16, "bf16", "bfloat16 cast, round to nearest even", "16", false, cast_params},
-    {codec_id::powersgd, "powersgd", "PowerSGD rank-r low-rank approximation", "32*r*(rows+cols)/n", false, powersgd_params},
+    {codec_id::powersgd, "powersgd", "PowerSGD rank-r low-rank approximation", "32*r*(rows+cols)/n",
+     false, powersgd_params},
 }};
 
 bool has_key(codec_id id, std::string_view key) {
@@ -95,7 +109,9 @@ bool parse_number(std::string_view s, T& out) {
 }
 
 status set_param(codec_spec& spec, std::string_view key, std::string_view value) {
-  const auto bad = [&] { return spec_error("bad value '", value, std::string("' for key '").append(key).append("'")); };
+  const auto bad = [&] {
+    return spec_error("bad value '", value, std::string("' for key '").append(key).append("'"));
+  };
   double d = 0;
   std::uint64_t u = 0;
   if (key == "ratio") {
@@ -108,37 +124,57 @@ status set_param(codec_spec& spec, std::string_view key, std::string_view value)
     if (!parse_number(value, d)) return bad();
     spec.sample = d;
   } else if (key == "unbiased") {
-    if (value == "1" || value == "true") spec.unbiased = true;
-    else if (value == "0" || value == "false") spec.unbiased = false;
-    else return bad();
+    if (value == "1" || value == "true")
+      spec.unbiased = true;
+    else if (value == "0" || value == "false")
+      spec.unbiased = false;
+    else
+      return bad();
   } else if (key == "tau" || key == "clip" || key == "eps" || key == "min_rate") {
     if (!parse_number(value, d) || !std::isfinite(d) || std::fabs(d) > 3.0e38) return bad();
-    (key == "tau" ? spec.tau : key == "clip" ? spec.clip : key == "eps" ? spec.eps : spec.min_rate) =
-        static_cast<float>(d);
+    (key == "tau"    ? spec.tau
+     : key == "clip" ? spec.clip
+     : key == "eps"  ? spec.eps
+                     : spec.min_rate) = static_cast<float>(d);
   } else if (key == "cap") {
     if (!parse_number(value, u)) return bad();
     spec.cap = u;
   } else if (key == "levels" || key == "bucket" || key == "bits" || key == "rank") {
     if (!parse_number(value, u) || u > 0xFFFFFFFFu) return bad();
-    (key == "levels" ? spec.levels : key == "bucket" ? spec.bucket : key == "bits" ? spec.bits : spec.rank) =
-        static_cast<std::uint32_t>(u);
+    (key == "levels"   ? spec.levels
+     : key == "bucket" ? spec.bucket
+     : key == "bits"   ? spec.bits
+                       : spec.rank) = static_cast<std::uint32_t>(u);
   } else if (key == "rounding") {
-    if (value == "nearest") spec.rounding = rounding_mode::nearest;
-    else if (value == "stochastic") spec.rounding = rounding_mode::stochastic;
-    else return bad();
+    if (value == "nearest")
+      spec.rounding = rounding_mode::nearest;
+    else if (value == "stochastic")
+      spec.rounding = rounding_mode::stochastic;
+    else
+      return bad();
   } else if (key == "norm") {
-    if (value == "l2") spec.norm = norm_kind::l2;
-    else if (value == "max") spec.norm = norm_kind::max;
-    else return bad();
+    if (value == "l2")
+      spec.norm = norm_kind::l2;
+    else if (value == "max")
+      spec.norm = norm_kind::max;
+    else
+      return bad();
   } else if (key == "scale") {
-    if (value == "none") spec.scale = scale_kind::none;
-    else if (value == "mean") spec.scale = scale_kind::mean;
-    else if (value == "l2") spec.scale = scale_kind::l2;
-    else return bad();
+    if (value == "none")
+      spec.scale = scale_kind::none;
+    else if (value == "mean")
+      spec.scale = scale_kind::mean;
+    else if (value == "l2")
+      spec.scale = scale_kind::l2;
+    else
+      return bad();
   } else if (key == "nonfinite") {
-    if (value == "propagate") spec.nonfinite = nonfinite_policy::propagate;
-    else if (value == "error") spec.nonfinite = nonfinite_policy::error;
-    else return bad();
+    if (value == "propagate")
+      spec.nonfinite = nonfinite_policy::propagate;
+    else if (value == "error")
+      spec.nonfinite = nonfinite_policy::error;
+    else
+      return bad();
   } else {
     return spec_error("unknown key '", key, "'");
   }
@@ -204,7 +240,8 @@ status validate(const codec_spec& s) {
     case codec_id::dgc:
     case codec_id::randomk:
       if (!(s.ratio > 0.0 && s.ratio <= 1.0)) return range("ratio", "(0, 1]");
-      if (s.id == codec_id::dgc && !(s.sample > 0.0 && s.sample <= 1.0)) return range("sample", "(0, 1]");
+      if (s.id == codec_id::dgc && !(s.sample > 0.0 && s.sample <= 1.0))
+        return range("sample", "(0, 1]");
       break;
     case codec_id::threshold:
       if (!(s.tau >= 0.0f) || !std::isfinite(s.tau)) return range("tau", "[0, FLT_MAX]");
@@ -221,7 +258,8 @@ status validate(const codec_spec& s) {
     case codec_id::powersgd:
       if (s.rank < 1 || s.rank > 64) return range("rank", "1..64");
       if (!(s.eps >= 0.0f) || !std::isfinite(s.eps)) return range("eps", "[0, FLT_MAX]");
-      if (!(s.min_rate >= 0.0f) || !std::isfinite(s.min_rate)) return range("min_rate", "[0, FLT_MAX]");
+      if (!(s.min_rate >= 0.0f) || !std::isfinite(s.min_rate))
+        return range("min_rate", "[0, FLT_MAX]");
       break;
     default: break;
   }
@@ -250,7 +288,8 @@ result<codec_spec> parse_spec(std::string_view text) {
       if (!has_key(spec.id, key))
         return spec_error(std::string("unknown key '").append(key).append("' for codec "), name);
       if (auto st = set_param(spec, key, item.substr(eq + 1)); !st.ok()) return st;
-      if (comma != std::string_view::npos && rest.empty()) return spec_error("trailing ',' in spec");
+      if (comma != std::string_view::npos && rest.empty())
+        return spec_error("trailing ',' in spec");
     }
   }
   if (auto st = validate(spec); !st.ok()) return st;
@@ -268,8 +307,10 @@ std::string to_string(const codec_spec& s) {
     case codec_id::topk:
     case codec_id::dgc:
     case codec_id::randomk:
-      if (s.k > 0) add("k", std::to_string(s.k));
-      else add("ratio", format_double(s.ratio));
+      if (s.k > 0)
+        add("k", std::to_string(s.k));
+      else
+        add("ratio", format_double(s.ratio));
       if (s.id == codec_id::dgc) add("sample", format_double(s.sample));
       if (s.id == codec_id::randomk) add("unbiased", s.unbiased ? "1" : "0");
       break;
@@ -295,7 +336,9 @@ std::string to_string(const codec_spec& s) {
     case codec_id::onebit: add("bucket", std::to_string(s.bucket)); break;
     case codec_id::sign:
       add("bucket", std::to_string(s.bucket));
-      add("scale", s.scale == scale_kind::none ? "none" : s.scale == scale_kind::mean ? "mean" : "l2");
+      add("scale", s.scale == scale_kind::none   ? "none"
+                   : s.scale == scale_kind::mean ? "mean"
+                                                 : "l2");
       break;
     case codec_id::powersgd:
       add("rank", std::to_string(s.rank));

@@ -30,22 +30,22 @@ enum frame_mode : std::uint8_t {
   mode_norm_max = 1u << 1,    //!< qsgd: max norm instead of L2
   mode_scale_shift = 2,       //!< sign: scale kind in bits 2..3
   mode_scale_mask = 3u << 2,
-  mode_unbiased = 1u << 4,    //!< randomk: values scaled by stratum size
+  mode_unbiased = 1u << 4,  //!< randomk: values scaled by stratum size
 };
 
 //! The decoded header.
 struct frame_header {
   std::uint8_t version = format_version;
   codec_id codec = codec_id::topk;
-  dtype type = dtype::f32;     //!< dtype of the encoded tensor (and of sparse values)
+  dtype type = dtype::f32;  //!< dtype of the encoded tensor (and of sparse values)
   std::uint8_t flags = 0;
-  std::uint64_t n = 0;         //!< element count
+  std::uint64_t n = 0;  //!< element count
   std::uint64_t payload_bytes = 0;
-  std::uint64_t count = 0;     //!< sparse: items sent; powersgd: rows
-  std::uint32_t group = 0;     //!< bucket size; powersgd: rank
-  std::uint16_t level = 0;     //!< qsgd: levels; minmax: bits
+  std::uint64_t count = 0;  //!< sparse: items sent; powersgd: rows
+  std::uint32_t group = 0;  //!< bucket size; powersgd: rank
+  std::uint16_t level = 0;  //!< qsgd: levels; minmax: bits
   std::uint8_t mode = 0;
-  float param = 0.0f;          //!< threshold: tau; dgc: sample; terngrad: clip; powersgd: eps
+  float param = 0.0f;  //!< threshold: tau; dgc: sample; terngrad: clip; powersgd: eps
 
   [[nodiscard]] std::uint64_t frame_bytes() const noexcept { return header_bytes + payload_bytes; }
 };

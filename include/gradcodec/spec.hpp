@@ -42,22 +42,22 @@ enum class nonfinite_policy : std::uint8_t { propagate = 0, error = 1 };
 //! are ignored; make_spec() fills the codec's own defaults.
 struct codec_spec {
   codec_id id = codec_id::topk;
-  double ratio = 0.01;        //!< topk/dgc/randomk: kept fraction, k = max(1, floor(ratio*n))
-  std::uint64_t k = 0;        //!< topk/dgc/randomk: absolute count; overrides ratio when > 0
-  double sample = 0.01;       //!< dgc: sampled fraction used to estimate the threshold
-  bool unbiased = false;      //!< randomk: scale kept values by their stratum size
-  float tau = 1e-3f;          //!< threshold: keep |x| >= tau
-  std::uint64_t cap = 0;      //!< threshold: keep at most cap (the largest); 0 = no cap
-  std::uint32_t levels = 7;   //!< qsgd: s levels per sign
-  std::uint32_t bucket = 512; //!< qsgd/terngrad/minmax/onebit/sign: elements per scale group
-  std::uint32_t bits = 4;     //!< minmax: bits per element, 1..8
+  double ratio = 0.01;         //!< topk/dgc/randomk: kept fraction, k = max(1, floor(ratio*n))
+  std::uint64_t k = 0;         //!< topk/dgc/randomk: absolute count; overrides ratio when > 0
+  double sample = 0.01;        //!< dgc: sampled fraction used to estimate the threshold
+  bool unbiased = false;       //!< randomk: scale kept values by their stratum size
+  float tau = 1e-3f;           //!< threshold: keep |x| >= tau
+  std::uint64_t cap = 0;       //!< threshold: keep at most cap (the largest); 0 = no cap
+  std::uint32_t levels = 7;    //!< qsgd: s levels per sign
+  std::uint32_t bucket = 512;  //!< qsgd/terngrad/minmax/onebit/sign: elements per scale group
+  std::uint32_t bits = 4;      //!< minmax: bits per element, 1..8
   rounding_mode rounding = rounding_mode::nearest;  //!< qsgd/minmax
   norm_kind norm = norm_kind::l2;                   //!< qsgd
-  float clip = 0.0f;          //!< terngrad: clip at clip*sigma of the bucket; 0 = off
+  float clip = 0.0f;                    //!< terngrad: clip at clip*sigma of the bucket; 0 = off
   scale_kind scale = scale_kind::none;  //!< sign: none (signSGD), mean |x|, or ||x||2/sqrt(n)
-  std::uint32_t rank = 4;     //!< powersgd: rank r
-  float eps = 1e-8f;          //!< powersgd: Gram-Schmidt epsilon
-  float min_rate = 2.0f;      //!< powersgd: compress only if rows*cols > min_rate*(rows+cols)*r
+  std::uint32_t rank = 4;               //!< powersgd: rank r
+  float eps = 1e-8f;                    //!< powersgd: Gram-Schmidt epsilon
+  float min_rate = 2.0f;  //!< powersgd: compress only if rows*cols > min_rate*(rows+cols)*r
   nonfinite_policy nonfinite = nonfinite_policy::propagate;
 
   friend bool operator==(const codec_spec&, const codec_spec&) = default;

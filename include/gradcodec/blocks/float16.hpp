@@ -43,7 +43,7 @@ GRADCODEC_HD std::uint16_t f32_to_f16(float f) {
     return static_cast<std::uint16_t>(sign | 0x7E00u | ((ax >> 13) & 0x3FFu));
   }
   if (ax >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds to Inf
-  if (ax >= 0x38800000u) {  // normal f16
+  if (ax >= 0x38800000u) {                                                   // normal f16
     const std::uint32_t mant_odd = (ax >> 13) & 1u;
     const std::uint32_t r = ax + 0xFFFu + mant_odd;  // RNE on the 13 dropped bits
     return static_cast<std::uint16_t>(sign | ((r - 0x38000000u) >> 13));

@@ -12,8 +12,12 @@
 
 namespace gradcodec::blocks {
 
-GRADCODEC_HD constexpr std::uint64_t align16(std::uint64_t x) { return (x + 15u) & ~std::uint64_t{15}; }
-GRADCODEC_HD constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return (a + b - 1) / b; }
+GRADCODEC_HD constexpr std::uint64_t align16(std::uint64_t x) {
+  return (x + 15u) & ~std::uint64_t{15};
+}
+GRADCODEC_HD constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) {
+  return (a + b - 1) / b;
+}
 
 //! Sparse payload (topk, dgc, threshold): k values of the frame dtype, then k ascending
 //! indices (u32, or u64 when n >= 2^32).

@@ -21,10 +21,10 @@ struct philox_block {
 
 //! Random streams: distinct decisions of one codec never reuse numbers.
 enum class rng_stream : std::uint32_t {
-  rounding = 0,  //!< stochastic rounding, one number per element
-  selection = 1, //!< random-k stratum offsets, one number per stratum
-  sampling = 2,  //!< DGC sample start
-  init = 3,      //!< PowerSGD initial Q
+  rounding = 0,   //!< stochastic rounding, one number per element
+  selection = 1,  //!< random-k stratum offsets, one number per stratum
+  sampling = 2,   //!< DGC sample start
+  init = 3,       //!< PowerSGD initial Q
 };
 
 GRADCODEC_HD std::uint32_t mulhilo32(std::uint32_t a, std::uint32_t b, std::uint32_t& hi) {
@@ -67,10 +67,10 @@ struct counter_rng {
 
   //! The four numbers i = 4*block .. 4*block+3 of a stream.
   GRADCODEC_HD philox_block block(rng_stream s, std::uint64_t block_index) const {
-    philox_block c{{static_cast<std::uint32_t>(block_index),
-                    static_cast<std::uint32_t>(block_index >> 32) ^
-                        (static_cast<std::uint32_t>(s) << 24),
-                    step_lo, tensor_lo}};
+    philox_block c{
+        {static_cast<std::uint32_t>(block_index),
+         static_cast<std::uint32_t>(block_index >> 32) ^ (static_cast<std::uint32_t>(s) << 24),
+         step_lo, tensor_lo}};
     return philox4x32_10(c, key);
   }
 
@@ -81,9 +81,7 @@ struct counter_rng {
 };
 
 //! A uniform float in [0, 1) from the top 24 bits: exact, the same on every backend.
-GRADCODEC_HD float uniform01(std::uint32_t r) {
-  return static_cast<float>(r >> 8) * 0x1p-24f;
-}
+GRADCODEC_HD float uniform01(std::uint32_t r) { return static_cast<float>(r >> 8) * 0x1p-24f; }
 
 //! floor(r * m / 2^32): an unbiased-enough integer in [0, m) without division.
 GRADCODEC_HD std::uint64_t scale_u32(std::uint32_t r, std::uint64_t m) {
