@@ -2,6 +2,9 @@
 //! @file
 //! CPUID detection and the choice of the CPU backend's instruction-set variant.
 #include <atomic>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <cstdlib>
 #include <string>
 #include <thread>
@@ -24,25 +27,45 @@ const detail::backend_table* table() noexcept;
 
 namespace {
 
-bool cpu_has(cpu_isa isa) noexcept {
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
+//! CPUID and XGETBV read directly: the OS must save the vector state, not only the CPU
+//! support the instructions (and compilers disagree on __builtin_cpu_supports names).
+struct x86_features {
+  bool avx2 = false, avx512 = false;
+};
+
+x86_features detect() noexcept {
+  x86_features f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool fma = (c >> 12) & 1u, f16c = (c >> 29) & 1u, osxsave = (c >> 27) & 1u,
+             avx = (c >> 28) & 1u;
+  if (!osxsave || !avx) return f;
+  unsigned xcr_lo = 0, xcr_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr_lo), "=d"(xcr_hi) : "c"(0));
+  const bool ymm_state = (xcr_lo & 0x6u) == 0x6u;
+  const bool zmm_state = (xcr_lo & 0xE6u) == 0xE6u;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  const bool avx2 = (b >> 5) & 1u, bmi1 = (b >> 3) & 1u, bmi2 = (b >> 8) & 1u;
+  const bool avx512f = (b >> 16) & 1u, avx512dq = (b >> 17) & 1u, avx512bw = (b >> 30) & 1u,
+             avx512vl = (b >> 31) & 1u;
+  f.avx2 = ymm_state && avx2 && fma && f16c && bmi1 && bmi2;
+  f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl;
+  return f;
+}
+
+bool cpu_has(cpu_isa isa) noexcept {
+  static const x86_features f = detect();
   switch (isa) {
-    case cpu_isa::scalar:
-      return true;
-    case cpu_isa::avx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("f16c");
-    case cpu_isa::avx512:
-      return cpu_has(cpu_isa::avx2) && __builtin_cpu_supports("avx512f") &&
-             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-             __builtin_cpu_supports("avx512dq");
+    case cpu_isa::scalar: return true;
+    case cpu_isa::avx2: return f.avx2;
+    case cpu_isa::avx512: return f.avx512;
   }
   return false;
-#else
-  return isa == cpu_isa::scalar;
-#endif
 }
+#else
+bool cpu_has(cpu_isa isa) noexcept { return isa == cpu_isa::scalar; }
+#endif
 
 cpu_isa initial_isa() noexcept {
   if (const char* env = std::getenv("GRADCODEC_CPU_ISA"); env != nullptr && *env != '\0') {
@@ -75,12 +98,9 @@ std::atomic<int>& threads_slot() {
 
 std::string_view cpu_isa_name(cpu_isa isa) noexcept {
   switch (isa) {
-    case cpu_isa::scalar:
-      return "scalar";
-    case cpu_isa::avx2:
-      return "avx2";
-    case cpu_isa::avx512:
-      return "avx512";
+    case cpu_isa::scalar: return "scalar";
+    case cpu_isa::avx2: return "avx2";
+    case cpu_isa::avx512: return "avx512";
   }
   return "?";
 }
@@ -122,12 +142,9 @@ namespace detail {
 
 const backend_table* cpu_backend_table() noexcept {
   switch (cpu_isa_active()) {
-    case cpu_isa::avx512:
-      return cpu::avx512::table();
-    case cpu_isa::avx2:
-      return cpu::avx2::table();
-    case cpu_isa::scalar:
-      break;
+    case cpu_isa::avx512: return cpu::avx512::table();
+    case cpu_isa::avx2: return cpu::avx2::table();
+    case cpu_isa::scalar: break;
   }
   return cpu::scalar::table();
 }
