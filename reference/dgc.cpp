@@ -20,7 +20,7 @@ std::uint64_t sample_size(double sample, std::uint64_t n) {
   return std::min(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(s)), n);
 }
 
-//! Candidate test: non-finite, or |v| >= t (t may be +Inf, then only non-finite pass).
+//! Candidate test: non-finite, or |v| >= t (t is finite and >= +0.0).
 bool candidate(float v, float t) { return !finite(v) || std::fabs(v) >= t; }
 
 }  // namespace
@@ -28,7 +28,8 @@ bool candidate(float v, float t) { return !finite(v) || std::fabs(v) >= t; }
 std::size_t dgc_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
   if (op != operation::encode && op != operation::encode_with_feedback) return 0;
   // Candidate indices (u64, at most n), then the sample's keys (u32, s of them).
-  return shape.n * sizeof(std::uint64_t) + sample_size(spec.sample, shape.n) * sizeof(std::uint32_t);
+  return shape.n * sizeof(std::uint64_t) +
+         sample_size(spec.sample, shape.n) * sizeof(std::uint32_t);
 }
 
 status dgc_encode(const detail::encode_call& c) {
@@ -50,12 +51,17 @@ status dgc_encode(const detail::encode_call& c) {
   const std::uint64_t start = blocks::scale_u32(rng.at(blocks::rng_stream::sampling, 0), stride);
   auto* idx = reinterpret_cast<std::uint64_t*>(c.workspace.data());
   auto* keys = reinterpret_cast<std::uint32_t*>(c.workspace.data() + n * sizeof(std::uint64_t));
-  for (std::uint64_t j = 0; j < s; ++j) keys[j] = sparse::key_of(load(c.in, start + j * stride));
+  // Non-finite values are candidates at any threshold, so they must not raise it: their
+  // sample key is 0. Every sample key is then the bits of a finite |v|.
+  for (std::uint64_t j = 0; j < s; ++j) {
+    const float v = load(c.in, start + j * stride);
+    keys[j] = finite(v) ? sparse::key_of(v) : 0u;
+  }
   const auto ks_exact = (static_cast<u128>(k) * s + (n - 1)) / n;  // ceil(k * s / n)
   const std::uint64_t ks = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(ks_exact));
-  std::nth_element(keys, keys + (ks - 1), keys + s, [](std::uint32_t a, std::uint32_t b) { return a > b; });
-  // A NaN key becomes +Inf: the threshold is a number, and only non-finite values pass it.
-  float t = blocks::bits_float(std::min(keys[ks - 1], sparse::inf_key));
+  std::nth_element(keys, keys + (ks - 1), keys + s,
+                   [](std::uint32_t a, std::uint32_t b) { return a > b; });
+  float t = blocks::bits_float(keys[ks - 1]);
 
   std::uint64_t m = 0;
   for (int round = 0; round < dgc_rounds; ++round) {

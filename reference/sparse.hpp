@@ -15,9 +15,10 @@ namespace gradcodec::reference::sparse {
 
 //! key(v) as an unsigned integer: the bits of |v|, every NaN mapped to one value just above
 //! +Inf. Integer order equals |v| order, -0.0 == +0.0, and NaN ranks above +Inf.
-inline constexpr std::uint32_t inf_key = 0x7F800000u;
 inline constexpr std::uint32_t nan_key = 0x7F800001u;
-inline std::uint32_t key_of(float v) { return std::min(blocks::float_bits(v) & 0x7FFFFFFFu, nan_key); }
+inline std::uint32_t key_of(float v) {
+  return std::min(blocks::float_bits(v) & 0x7FFFFFFFu, nan_key);
+}
 
 //! "Top by key": larger key first, equal keys lower index first (a strict total order).
 struct by_key {
