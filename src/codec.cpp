@@ -219,7 +219,9 @@ std::uint64_t encode_bound(const codec_spec& spec, std::uint64_t n, dtype type,
     case codec_id::bf16: payload = cast_payload_bytes(n); break;
     case codec_id::powersgd: {
       const std::uint64_t dense = align16(n * 4);
-      if (rows == 0 || n == 0) {
+      if (n == 0) {
+        payload = 0;  // an empty tensor has an empty payload whatever its shape
+      } else if (rows == 0) {
         // Any shape: the worst of dense (bypass) and a 1 x n or n x 1 factorisation.
         payload = std::max(dense, powersgd_layout_of(1, n, 1).total + 16);
         payload = std::max(payload, align16(std::uint64_t{spec.rank} * 4 * (n + 1)) + 16);

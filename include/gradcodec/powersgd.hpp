@@ -35,7 +35,8 @@ namespace gradcodec {
 bool powersgd_compresses(const codec_spec& spec, std::uint64_t rows, std::uint64_t cols) noexcept;
 
 //! The effective rank: min(spec.rank, rows, cols).
-std::uint32_t powersgd_rank(const codec_spec& spec, std::uint64_t rows, std::uint64_t cols) noexcept;
+std::uint32_t powersgd_rank(const codec_spec& spec, std::uint64_t rows,
+                            std::uint64_t cols) noexcept;
 
 //! Fills q (cols x r, row-major) with the shared-seed start: approximately standard normal
 //! values from the counter generator keyed by (ctx.seed, 0, ctx.tensor_id), then
@@ -63,8 +64,10 @@ status powersgd_finish(const codec_spec& spec, std::span<const float> p, std::sp
                        tensor_view out) noexcept;
 
 //! Orthonormalises the r columns of a (rows x r, row-major; a.size() must be rows*r) by
-//! modified Gram-Schmidt: for each column j: subtract its projections on columns 0..j-1,
-//! then divide by (norm + eps). The exact operation order is in docs/codecs.md.
+//! modified Gram-Schmidt with one re-orthogonalization pass: for each column j: subtract
+//! its projections on columns 0..j-1, twice, then divide by (norm + eps). The second pass
+//! keeps the columns orthonormal when the matrix has rank below r. The exact operation
+//! order is in docs/codecs.md.
 status powersgd_orthogonalize(std::span<float> a, std::uint64_t rows, std::uint32_t r,
                               float eps) noexcept;
 
@@ -89,8 +92,7 @@ std::uint64_t powersgd_state_bytes(std::uint64_t rows, std::uint64_t cols,
 
 //! Writes the state (q: cols*rank floats, residual: rows*cols floats) into out and returns
 //! the bytes written (powersgd_state_bytes()).
-result<std::size_t> powersgd_save_state(const powersgd_state_info& info,
-                                        std::span<const float> q,
+result<std::size_t> powersgd_save_state(const powersgd_state_info& info, std::span<const float> q,
                                         std::span<const float> residual,
                                         mutable_bytes out) noexcept;
 
