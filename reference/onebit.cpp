@@ -10,10 +10,12 @@ namespace gradcodec::reference {
 std::size_t onebit_workspace(const codec_spec&, const_tensor_view, operation) { return 0; }
 
 status onebit_encode(const detail::encode_call& c) {
-  const auto scales_of = [&](sign_frame::bucket_span s, prescale p, float* means) {
+  const auto scales_of = [&](bucketed::span s, prescale p, float* means) {
     const auto v = [&](std::uint64_t i) { return load(c.in, s.begin + i); };
-    const float sum_neg = canonical_sum(s.len, [&](std::uint64_t i) { return v(i) < 0.0f ? v(i) * p.down : 0.0f; });
-    const float sum_pos = canonical_sum(s.len, [&](std::uint64_t i) { return v(i) >= 0.0f ? v(i) * p.down : 0.0f; });
+    const float sum_neg =
+        canonical_sum(s.len, [&](std::uint64_t i) { return v(i) < 0.0f ? v(i) * p.down : 0.0f; });
+    const float sum_pos =
+        canonical_sum(s.len, [&](std::uint64_t i) { return v(i) >= 0.0f ? v(i) * p.down : 0.0f; });
     std::uint64_t count_neg = 0;
     for (std::uint64_t i = 0; i < s.len; ++i) count_neg += sign_frame::sign_bit(v(i));
     const std::uint64_t count_pos = s.len - count_neg;
@@ -25,7 +27,8 @@ status onebit_encode(const detail::encode_call& c) {
 }
 
 status onebit_decode(const detail::decode_call& c) {
-  return sign_frame::decode<2>(c, [](const float* means, std::uint32_t bit) { return bit != 0 ? means[0] : means[1]; });
+  return sign_frame::decode<2>(
+      c, [](const float* means, std::uint32_t bit) { return bit != 0 ? means[0] : means[1]; });
 }
 
 }  // namespace gradcodec::reference

@@ -11,12 +11,13 @@ std::size_t sign_workspace(const codec_spec&, const_tensor_view, operation) { re
 
 status sign_encode(const detail::encode_call& c) {
   const scale_kind kind = c.spec.scale;
-  const auto scales_of = [&](sign_frame::bucket_span s, prescale p, float* scale) {
+  const auto scales_of = [&](bucketed::span s, prescale p, float* scale) {
     const auto v = [&](std::uint64_t i) { return load(c.in, s.begin + i); };
     switch (kind) {
       case scale_kind::none: *scale = 1.0f; break;
       case scale_kind::mean: {
-        const float sum = canonical_sum(s.len, [&](std::uint64_t i) { return std::fabs(v(i)) * p.down; });
+        const float sum =
+            canonical_sum(s.len, [&](std::uint64_t i) { return std::fabs(v(i)) * p.down; });
         *scale = (sum / static_cast<float>(s.len)) * p.up;
         break;
       }

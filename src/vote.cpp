@@ -46,9 +46,11 @@ bool negative_bit(const_bytes frame, const blocks::bucket_layout& l, std::uint64
 
 }  // namespace
 
-status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out, float alpha) noexcept {
+status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out,
+                          float alpha) noexcept {
   if (frames.empty()) return {status_code::invalid_argument, "majority vote of no frames"};
-  if (!dtype_valid(static_cast<std::uint8_t>(out.type))) return {status_code::invalid_argument, "output: unknown dtype"};
+  if (!dtype_valid(static_cast<std::uint8_t>(out.type)))
+    return {status_code::invalid_argument, "output: unknown dtype"};
   if (out.n > 0 && out.data == nullptr) return {status_code::invalid_argument, "output: null data"};
 
   std::uint64_t n = 0;
@@ -56,9 +58,11 @@ status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out, 
   for (std::size_t f = 0; f < frames.size(); ++f) {
     auto h = peek(frames[f]);
     if (!h) return frame_error(h.error().code(), f, h.error().message());
-    if (h.value().codec != codec_id::sign) return frame_error(status_code::corrupt_frame, f, "not a sign frame");
+    if (h.value().codec != codec_id::sign)
+      return frame_error(status_code::corrupt_frame, f, "not a sign frame");
     if (frames[f].size() != h.value().frame_bytes())
-      return frame_error(status_code::corrupt_frame, f, "length differs from the header's frame size");
+      return frame_error(status_code::corrupt_frame, f,
+                         "length differs from the header's frame size");
     if (f == 0) {
       n = h.value().n;
       bucket = h.value().group;
@@ -68,7 +72,8 @@ status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out, 
       return frame_error(status_code::shape_mismatch, f, "bucket size differs from frame 0");
     }
   }
-  if (out.n != n) return {status_code::shape_mismatch, "output length differs from the frames' element count"};
+  if (out.n != n)
+    return {status_code::shape_mismatch, "output length differs from the frames' element count"};
 
   const blocks::bucket_layout l = blocks::bucket_layout_of(n, bucket, 1, 1);
   float nan;
@@ -77,7 +82,8 @@ status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out, 
     const std::uint64_t begin = b * bucket;
     const std::uint64_t end = std::min(n, begin + bucket);
     bool poisoned = false;
-    for (const const_bytes& frame : frames) poisoned = poisoned || std::isnan(scale_of(frame, l, b));
+    for (const const_bytes& frame : frames)
+      poisoned = poisoned || std::isnan(scale_of(frame, l, b));
     for (std::uint64_t i = begin; i < end; ++i) {
       if (poisoned) {
         store(out, i, nan);
