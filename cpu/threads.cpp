@@ -26,7 +26,7 @@ class pool {
     for (auto& w : workers_) w.join();
   }
 
-  void run(int threads, std::uint64_t tasks, const std::function<void(std::uint64_t)>& body) {
+  void run(int threads, std::uint64_t tasks, task_ref body) {
     std::lock_guard run_lock(run_mutex_);
     const int helpers = threads - 1;
     {
@@ -50,7 +50,7 @@ class pool {
   }
 
  private:
-  void drain(const std::function<void(std::uint64_t)>& body, std::uint64_t tasks) {
+  void drain(task_ref body, std::uint64_t tasks) {
     for (std::uint64_t t; (t = next_.fetch_add(1)) < tasks;) body(t);
   }
 
@@ -75,7 +75,7 @@ class pool {
   std::mutex mutex_;
   std::condition_variable wake_, done_;
   std::vector<std::thread> workers_;
-  const std::function<void(std::uint64_t)>* body_ = nullptr;
+  const task_ref* body_ = nullptr;
   std::uint64_t tasks_ = 0;
   std::atomic<std::uint64_t> next_{0};
   int helpers_ = 0;
@@ -98,8 +98,7 @@ int threads_for(int requested, std::uint64_t tasks) noexcept {
   return static_cast<int>(t);
 }
 
-void parallel_for(int threads, std::uint64_t tasks,
-                  const std::function<void(std::uint64_t)>& body) {
+void parallel_for(int threads, std::uint64_t tasks, task_ref body) {
   if (threads <= 1 || tasks <= 1) {
     for (std::uint64_t t = 0; t < tasks; ++t) body(t);
     return;
