@@ -66,7 +66,9 @@ TEST_P(EveryCodec, SizeIsTheBoundAndDeterministic) {
   EXPECT_EQ(a.value(), b.value()) << "same context must give identical bytes";
   const auto bound = gc::encode_bound(s, x.n, x.type, x.rows);
   EXPECT_LE(a.value().size(), bound);
-  if (s.id != gc::codec_id::threshold) EXPECT_EQ(a.value().size(), bound);
+  if (s.id != gc::codec_id::threshold) {
+    EXPECT_EQ(a.value().size(), bound);
+  }
   auto h = gc::peek(a.value());
   ASSERT_TRUE(h.ok()) << h.error().message();
   EXPECT_EQ(h.value().frame_bytes(), a.value().size());
@@ -263,7 +265,9 @@ TEST_P(EveryCodec, DecoderRejectsDamagedFramesWithoutWritingOutside) {
       EXPECT_TRUE(untouched) << "header bit " << bit;
     }
     EXPECT_TRUE(intact) << "bit " << bit;
-    if (!st.ok()) EXPECT_TRUE(untouched) << "bit " << bit << ": " << st.message();
+    if (!st.ok()) {
+      EXPECT_TRUE(untouched) << "bit " << bit << ": " << st.message();
+    }
   }
 }
 
