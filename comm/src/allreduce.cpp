@@ -1,0 +1,281 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The entry points: local checks, the configuration agreement, state set-up, dispatch to
+//! a strategy, the hierarchical composition, and the bucketed form.
+#include "gradcodec/comm/allreduce.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "internal.hpp"
+
+namespace gradcodec::comm {
+
+namespace {
+
+using namespace detail;
+
+constexpr std::uint64_t protocol_version = 1;
+constexpr std::uint64_t max_elements = std::uint64_t{1} << 48;
+
+//! Fills the derived fields of a run (averaging, segments, chunk unit).
+void configure(run& r, bool average) {
+  r.world = r.comm.size();
+  r.me = r.comm.rank();
+  r.reported_rank = r.me;
+  r.mean_over = average ? r.world : 1;
+  r.alpha = 1.0f / static_cast<float>(r.mean_over);
+  r.error_feedback = r.cfg.error_feedback;
+  const codec_id id = r.cfg.spec.id;
+  if (r.how == strategy::dense && (id == codec_id::fp16 || id == codec_id::bf16)) {
+    // Casts are pre-divided by W, then summed: the owner adds with weight 1.
+    r.divisor = static_cast<float>(r.mean_over);
+    r.alpha = 1.0f;
+  }
+  const std::uint64_t n = r.in.n;
+  if (id == codec_id::powersgd) {
+    // One segment per tensor slot, and one per gap between slots (sent as vectors).
+    auto& pieces = r.ws.pieces;
+    pieces.clear();
+    std::uint64_t at = 0;
+    auto add = [&](std::uint64_t off, std::uint64_t len, std::uint64_t rows) {
+      if (len > 0) pieces.push_back({off, len, rows});
+    };
+    if (r.cfg.tensors.empty()) {
+      add(0, n, r.in.rows);
+      at = n;
+    }
+    for (const tensor_slot& s : r.cfg.tensors) {
+      add(at, s.offset - at, 0);
+      add(s.offset, s.n, s.rows);
+      at = s.offset + s.n;
+    }
+    add(at, n - at, 0);
+    r.pieces = pieces;
+    r.segments = pieces.size();
+    r.unit = 1;
+    r.seg_len = n;
+    return;
+  }
+  r.unit = unit_of(r.cfg.spec);
+  if (n == 0) return;
+  r.seg_len =
+      r.cfg.segment_elements == 0 ? n : (r.cfg.segment_elements + r.unit - 1) / r.unit * r.unit;
+  r.segments = (n + r.seg_len - 1) / r.seg_len;
+}
+
+status dispatch(run& r) {
+  status st;
+  switch (r.how) {
+    case strategy::allgather: st = run_allgather(r); break;
+    case strategy::two_phase: st = run_two_phase(r); break;
+    case strategy::majority_vote: st = run_majority_vote(r); break;
+    case strategy::dense:
+      if (r.cfg.spec.id == codec_id::randomk)
+        st = run_randomk_dense(r);
+      else if (r.cfg.spec.id == codec_id::powersgd)
+        st = run_powersgd_dense(r);
+      else
+        st = run_two_phase(r);
+      break;
+    case strategy::automatic: st = {status_code::internal_error, "unresolved strategy"}; break;
+  }
+  if (!st.ok()) return st;
+  return r.outcome();
+}
+
+bool overlap_ok(const_tensor_view in, tensor_view out) {
+  const auto* a = static_cast<const std::byte*>(in.data);
+  const auto* b = static_cast<const std::byte*>(out.data);
+  const std::uint64_t la = in.n * dtype_size(in.type), lb = out.n * dtype_size(out.type);
+  if (la == 0 || lb == 0) return true;
+  if (a == b) return in.type == out.type;
+  return a + la <= b || b + lb <= a;
+}
+
+//! The checks every rank makes on its own arguments; the first failing one.
+std::optional<std::pair<local_reason, status>> check_local(const allreduce_config& cfg,
+                                                           const_tensor_view in, tensor_view out,
+                                                           result<strategy>& how) {
+  auto bad = [](local_reason r, status s) { return std::optional{std::pair{r, std::move(s)}}; };
+  if (auto st = validate(cfg.spec); !st.ok()) return bad(local_reason::invalid_spec, st);
+  how = resolve_strategy(cfg.spec.id, cfg.how);
+  if (!how) return bad(local_reason::unsupported_strategy, how.error());
+  const bool views_ok = dtype_valid(static_cast<std::uint8_t>(in.type)) &&
+                        dtype_valid(static_cast<std::uint8_t>(out.type)) && in.n == out.n &&
+                        in.n <= max_elements &&
+                        (in.n == 0 || (in.data != nullptr && out.data != nullptr)) &&
+                        (in.rows == 0 || in.n % in.rows == 0) && overlap_ok(in, out);
+  if (!views_ok)
+    return bad(local_reason::bad_views,
+               {status_code::invalid_argument,
+                "allreduce: in and out need equal n, valid dtypes, data, rows dividing n, "
+                "and no partial overlap"});
+  if (auto st = check_slots(cfg.tensors, in.n); !st.ok()) return bad(local_reason::bad_tensors, st);
+  return std::nullopt;
+}
+
+agreement fields_of(const allreduce_config& cfg, strategy how, const context& ctx,
+                    const_tensor_view in, const allreduce_state& st, int world, bool hierarchical) {
+  agreement a;
+  std::uint64_t layout = splitmix64(in.rows);
+  for (const tensor_slot& s : cfg.tensors)
+    layout = splitmix64(splitmix64(splitmix64(layout ^ s.offset) ^ s.n) ^ s.rows);
+  const std::uint64_t v[] = {(protocol_version << 8) | format_version,
+                             hierarchical ? 1u : 0u,
+                             static_cast<std::uint64_t>(how),
+                             static_cast<std::uint64_t>(cfg.spec.id),
+                             fnv1a(to_string(cfg.spec)),
+                             in.n,
+                             static_cast<std::uint64_t>(in.type),
+                             layout,
+                             cfg.segment_elements,
+                             cfg.average ? 1u : 0u,
+                             cfg.error_feedback ? 1u : 0u,
+                             cfg.pipeline ? 1u : 0u,
+                             ctx.seed,
+                             ctx.step,
+                             ctx.tensor_id,
+                             st.initialized() ? st.steps : 0,
+                             static_cast<std::uint64_t>(world)};
+  static_assert(sizeof v == sizeof a.fields);
+  std::copy(std::begin(v), std::end(v), std::begin(a.fields));
+  return a;
+}
+
+status entry(communicator& world, const hierarchy* h, const allreduce_config& cfg,
+             const context& ctx, const_tensor_view in, tensor_view out, allreduce_state& state,
+             workspace& ws, phase_times* times) {
+  // Every rank of a communicator has the same memory space, so this refusal needs no
+  // agreement (which itself exchanges host memory).
+  const auto on_host = [](const communicator* c) {
+    return c == nullptr || c->memory() == memory_space::host;
+  };
+  if (!on_host(&world) || (h != nullptr && (!on_host(h->intra.get()) || !on_host(h->inter.get()))))
+    return {status_code::invalid_argument,
+            "allreduce: the strategies run on host memory; this communicator needs device buffers"};
+  result<strategy> how = strategy::allgather;
+  auto failure = check_local(cfg, in, out, how);
+  const strategy resolved = how ? how.value() : strategy::automatic;
+
+  // The communicator the compressed stage runs over, and this rank's role in it.
+  communicator* stage = &world;
+  state_role role = state_role::flat;
+  if (h != nullptr) {
+    const bool consistent =
+        h->world == &world && h->intra != nullptr && (h->leader() == (h->inter != nullptr));
+    if (!consistent && !failure)
+      failure = std::pair{local_reason::bad_hierarchy, status{status_code::invalid_argument,
+                                                              "allreduce: inconsistent hierarchy"}};
+    role = h->leader() ? state_role::leader : state_role::member;
+    stage = h->leader() ? h->inter.get() : h->intra.get();
+  }
+  std::optional<run> r;
+  const std::uint64_t fp = config_fingerprint(cfg, resolved, in.n, in.rows, role);
+  if (!failure && stage != nullptr) {
+    r.emplace(run{*stage, cfg, resolved, ctx, in, out, state, ws.get(), times});
+    configure(*r, h == nullptr && cfg.average);
+    if (state.initialized() && !state_matches(*r, role, fp))
+      failure = std::pair{local_reason::state_mismatch,
+                          status{status_code::shape_mismatch,
+                                 "allreduce: the state belongs to another configuration"}};
+  }
+
+  if (cfg.check_config) {
+    agreement a = fields_of(cfg, resolved, ctx, in, state, world.size(), h != nullptr);
+    if (failure)
+      a.local_failure = (static_cast<std::uint64_t>(world.rank()) << 16) |
+                        static_cast<std::uint64_t>(failure->first);
+    if (auto st = agree(world, a, times); !st.ok()) return st;
+  } else if (failure) {
+    return failure->second;
+  }
+  if (!state.initialized()) init_state(*r, role, fp);
+
+  status result;
+  if (h == nullptr) {
+    result = dispatch(*r);
+  } else {
+    // 1. Sum the node's gradients (weighted 1/W_world for the mean) into the leader's buffer.
+    const float alpha = cfg.average ? 1.0f / static_cast<float>(world.size()) : 1.0f;
+    run ri{*h->intra, cfg, resolved, ctx, in, out, state, ws.get(), times};
+    configure(ri, false);
+    ri.reported_rank = world.rank();
+    float* node = ws.get().node.as<float>(in.n + 1);
+    if (auto st = dense_reduce_to_root(ri, in, node, alpha, 0); !st.ok()) return st;
+    // 2. The leaders run the compressed allreduce (a sum) over the node sums. A leader
+    // whose node failed still takes part, carrying the error word to the other leaders.
+    std::uint64_t word = 0;
+    status leader_status;
+    if (h->leader()) {
+      r->reported_rank = world.rank();
+      r->poison = ri.poison;
+      r->in = {node, in.n, dtype::f32, in.rows};
+      r->out = {node, in.n, dtype::f32, in.rows};
+      leader_status = dispatch(*r);
+      if (!leader_status.ok())
+        word = r->poison != 0 ? r->poison : error_word(world.rank(), leader_status.code());
+    }
+    // 3. The leader broadcasts its outcome, then the result.
+    {
+      timer t(times, &phase_times::comm_s);
+      if (auto st = h->intra->broadcast(&word, sizeof word, 0); !st.ok()) return st;
+    }
+    if (word != 0) {
+      if (!ri.local.ok()) return ri.local;
+      return leader_status.ok() ? failure_status(word) : leader_status;
+    }
+    {
+      timer t(times, &phase_times::comm_s);
+      if (times) {
+        times->bytes_sent += h->leader() ? in.n * 4 : 0;
+        times->bytes_received += h->leader() ? 0 : in.n * 4;
+        times->collectives += 1;
+      }
+      if (auto st = h->intra->broadcast(node, in.n * 4, 0); !st.ok()) return st;
+    }
+    for (std::uint64_t j = 0; j < in.n; ++j) store(out, j, node[j]);
+    result = leader_status;
+  }
+  if (result.ok()) ++state.steps;
+  return result;
+}
+
+}  // namespace
+
+status allreduce(communicator& comm, const allreduce_config& cfg, const context& ctx,
+                 const_tensor_view in, tensor_view out, allreduce_state& state, workspace& ws,
+                 phase_times* times) {
+  return entry(comm, nullptr, cfg, ctx, in, out, state, ws, times);
+}
+
+status allreduce(const hierarchy& h, const allreduce_config& cfg, const context& ctx,
+                 const_tensor_view in, tensor_view out, allreduce_state& state, workspace& ws,
+                 phase_times* times) {
+  if (h.world == nullptr)
+    return {status_code::invalid_argument, "allreduce: hierarchy without a world communicator"};
+  return entry(*h.world, &h, cfg, ctx, in, out, state, ws, times);
+}
+
+status allreduce_tensors(communicator& comm, const allreduce_config& cfg, const context& ctx,
+                         std::span<const tensor_view> tensors, allreduce_state& state,
+                         workspace& ws, phase_times* times) {
+  auto& w = ws.get();
+  auto& slots = w.bucket_slots;
+  slots.resize(tensors.size());
+  std::vector<const_tensor_view> views(tensors.begin(), tensors.end());
+  const std::uint64_t n = plan_bucket(views, slots);
+  float* flat = w.flat.as<float>(n + 1);
+  const tensor_view fv{flat, n, dtype::f32, 0};
+  // A packing error is local: it goes through the agreement as bad input so no rank hangs.
+  status packed = pack_bucket(views, slots, fv);
+  allreduce_config c = cfg;
+  c.tensors = slots;
+  const tensor_view target = packed.ok() ? fv : tensor_view{nullptr, n, dtype::f32, 0};
+  if (auto st = allreduce(comm, c, ctx, target, target, state, ws, times); !st.ok())
+    return packed.ok() ? st : packed;
+  return unpack_bucket(fv, slots, tensors);
+}
+
+}  // namespace gradcodec::comm

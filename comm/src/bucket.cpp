@@ -1,0 +1,84 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! Packing many tensors into one flat buffer and back.
+#include "gradcodec/comm/bucket.hpp"
+
+#include <string>
+
+#include "internal.hpp"
+
+namespace gradcodec::comm {
+
+using detail::load;
+using detail::store;
+
+std::uint64_t plan_bucket(std::span<const const_tensor_view> tensors, std::span<tensor_slot> slots,
+                          std::uint64_t align) noexcept {
+  if (align == 0) align = 1;
+  std::uint64_t at = 0;
+  for (std::size_t t = 0; t < tensors.size() && t < slots.size(); ++t) {
+    at = (at + align - 1) / align * align;
+    slots[t] = {at, tensors[t].n, tensors[t].rows};
+    at += tensors[t].n;
+  }
+  return at;
+}
+
+status check_slots(std::span<const tensor_slot> slots, std::uint64_t n) noexcept {
+  std::uint64_t end = 0;
+  for (std::size_t t = 0; t < slots.size(); ++t) {
+    const tensor_slot& s = slots[t];
+    if (s.offset < end || s.n > n || s.offset > n - s.n)
+      return {status_code::invalid_argument,
+              std::string("tensor slot ")
+                  .append(std::to_string(t))
+                  .append(" overlaps the previous one or lies past n")};
+    if (s.rows > 0 && s.n % s.rows != 0)
+      return {status_code::invalid_argument, std::string("tensor slot ")
+                                                 .append(std::to_string(t))
+                                                 .append(": rows do not divide its n")};
+    end = s.offset + s.n;
+  }
+  return {};
+}
+
+status pack_bucket(std::span<const const_tensor_view> tensors, std::span<const tensor_slot> slots,
+                   tensor_view flat) noexcept {
+  if (tensors.size() != slots.size())
+    return {status_code::invalid_argument, "pack_bucket: one slot per tensor"};
+  if (auto st = check_slots(slots, flat.n); !st.ok()) return st;
+  std::uint64_t at = 0;
+  for (std::size_t t = 0; t < slots.size(); ++t) {
+    if (tensors[t].n != slots[t].n)
+      return {status_code::shape_mismatch, "pack_bucket: tensor and slot differ in n"};
+    if (tensors[t].n > 0 && tensors[t].data == nullptr)
+      return {status_code::invalid_argument, "pack_bucket: null tensor"};
+  }
+  for (std::size_t t = 0; t < slots.size(); ++t) {
+    for (; at < slots[t].offset; ++at) store(flat, at, 0.0f);
+    for (std::uint64_t j = 0; j < slots[t].n; ++j)
+      store(flat, slots[t].offset + j, load(tensors[t], j));
+    at = slots[t].offset + slots[t].n;
+  }
+  for (; at < flat.n; ++at) store(flat, at, 0.0f);
+  return {};
+}
+
+status unpack_bucket(const_tensor_view flat, std::span<const tensor_slot> slots,
+                     std::span<const tensor_view> tensors) noexcept {
+  if (tensors.size() != slots.size())
+    return {status_code::invalid_argument, "unpack_bucket: one slot per tensor"};
+  if (auto st = check_slots(slots, flat.n); !st.ok()) return st;
+  for (std::size_t t = 0; t < slots.size(); ++t) {
+    if (tensors[t].n != slots[t].n)
+      return {status_code::shape_mismatch, "unpack_bucket: tensor and slot differ in n"};
+    if (tensors[t].n > 0 && tensors[t].data == nullptr)
+      return {status_code::invalid_argument, "unpack_bucket: null tensor"};
+  }
+  for (std::size_t t = 0; t < slots.size(); ++t)
+    for (std::uint64_t j = 0; j < slots[t].n; ++j)
+      store(tensors[t], j, load(flat, slots[t].offset + j));
+  return {};
+}
+
+}  // namespace gradcodec::comm

@@ -1,0 +1,205 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! Shared machinery of the strategies: workspace, hashing, derived contexts, chunking,
+//! failure propagation through block headers, and the pipeline driver.
+#include <algorithm>
+#include <string>
+
+#include "internal.hpp"
+
+namespace gradcodec::comm {
+
+workspace::workspace() : impl_(std::make_unique<impl>()) {}
+workspace::~workspace() = default;
+workspace::workspace(workspace&&) noexcept = default;
+workspace& workspace::operator=(workspace&&) noexcept = default;
+
+std::size_t workspace::bytes() const noexcept { return impl_ ? impl_->bytes() : 0; }
+
+void workspace::release() noexcept {
+  if (impl_) *impl_ = impl{};
+}
+
+std::size_t workspace::impl::bytes() const noexcept {
+  std::size_t b = scratch.size() + accum.size() + prescaled.size() + node.size() + flat.size() +
+                  dense_send.size() + dense_recv.size() + values.size();
+  for (const auto& s : slots)
+    b += s.send.size() + s.recv.size() + s.server_send.size() + s.server_recv.size() +
+         s.frame.size();
+  return b;
+}
+
+}  // namespace gradcodec::comm
+
+namespace gradcodec::comm::detail {
+
+std::byte* buffer::reserve(std::size_t bytes) {
+  if (bytes <= size_ && p_) return p_.get();
+  // Grow geometrically so a slowly growing need reallocates only a few times.
+  const std::size_t want = std::max<std::size_t>({bytes, size_ + size_ / 2, 64});
+  p_.reset(static_cast<std::byte*>(::operator new (want, std::align_val_t{64})));
+  std::memset(p_.get(), 0, want);
+  size_ = want;
+  return p_.get();
+}
+
+std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  std::uint64_t z = x + 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::uint64_t fnv1a(std::string_view s, std::uint64_t h) noexcept {
+  for (char c : s) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+context derive(const context& ctx, std::uint64_t role, std::uint64_t segment, std::uint64_t chunk,
+               std::uint64_t rank) noexcept {
+  std::uint64_t id = splitmix64(ctx.tensor_id ^ role);
+  id = splitmix64(id ^ segment);
+  id = splitmix64(id ^ chunk);
+  id = splitmix64(id ^ rank);
+  return {ctx.seed, ctx.step, id};
+}
+
+range chunk_of(std::uint64_t len, std::uint64_t unit, int world, int c) noexcept {
+  const std::uint64_t units = (len + unit - 1) / unit;
+  const auto w = static_cast<std::uint64_t>(world);
+  const auto cc = static_cast<std::uint64_t>(c);
+  const std::uint64_t base = units / w, rem = units % w;
+  const std::uint64_t first = cc * base + std::min(cc, rem);
+  const std::uint64_t count = base + (cc < rem ? 1 : 0);
+  const std::uint64_t begin = std::min(len, first * unit);
+  const std::uint64_t end = std::min(len, (first + count) * unit);
+  return {begin, end - begin};
+}
+
+std::uint64_t unit_of(const codec_spec& spec) noexcept {
+  switch (spec.id) {
+    case codec_id::qsgd:
+    case codec_id::terngrad:
+    case codec_id::minmax:
+    case codec_id::onebit:
+    case codec_id::sign: return spec.bucket;
+    default: return 1;
+  }
+}
+
+void run::fail(const status& s) {
+  if (local.ok()) local = s;
+  note(error_word(reported_rank, s.ok() ? status_code::internal_error : s.code()));
+}
+
+void run::note(std::uint64_t word) noexcept {
+  if (word == 0) return;
+  const auto rank_of = [](std::uint64_t w) { return (w & ~(std::uint64_t{1} << 63)) >> 8; };
+  if (poison == 0 || rank_of(word) < rank_of(poison)) poison = word;
+}
+
+segment run::seg(std::uint64_t i) const noexcept {
+  if (!pieces.empty()) return {pieces[i].offset, pieces[i].n, pieces[i].rows};
+  const std::uint64_t off = i * seg_len;
+  return {off, std::min(seg_len, in.n - off), 0};
+}
+
+status run::outcome() const {
+  if (!local.ok()) return local;
+  return failure_status(poison);
+}
+
+std::uint64_t error_word(int rank, status_code code) noexcept {
+  return (std::uint64_t{1} << 63) | (static_cast<std::uint64_t>(rank) << 8) |
+         static_cast<std::uint64_t>(code);
+}
+
+status failure_status(std::uint64_t word) {
+  if (word == 0) return {};
+  const std::uint64_t rank = (word & ~(std::uint64_t{1} << 63)) >> 8;
+  const auto code = static_cast<status_code>(word & 0xFF);
+  return {status_code::comm_error, std::string("rank ")
+                                       .append(std::to_string(rank))
+                                       .append(" failed (")
+                                       .append(status_code_name(code))
+                                       .append("); no rank has a result")};
+}
+
+std::span<std::byte> codec_scratch(run& r, const codec_spec& spec, const_tensor_view shape,
+                                   operation op) {
+  auto need = workspace_size(spec, shape, op, {r.cfg.where, {}, nullptr, r.cfg.threads});
+  if (!need) {
+    r.fail(need.error());
+    return {};
+  }
+  if (need.value() == 0) return {};
+  return {r.ws.scratch.reserve(need.value()), need.value()};
+}
+
+context frame_context(const run& r, std::uint64_t role, std::uint64_t segment,
+                      std::uint64_t chunk) {
+  // Random-k must pick the same indices on every rank; other codecs decorrelate ranks.
+  const bool shared = r.cfg.spec.id == codec_id::randomk || role == role_server;
+  return derive(r.ctx, role, segment, chunk,
+                shared ? shared_rank : static_cast<std::uint64_t>(r.me));
+}
+
+std::uint64_t read_block(run& r, const std::byte* at, std::uint64_t capacity) {
+  const auto word = get<std::uint64_t>(at);
+  const auto bytes = get<std::uint64_t>(at + 8);
+  if (word != 0) {
+    r.note(word);
+    return 0;
+  }
+  if (bytes > capacity) {
+    r.fail({status_code::comm_error, "received a block header longer than its block"});
+    return 0;
+  }
+  return bytes;
+}
+
+void count_traffic(run& r, std::uint64_t sent, std::uint64_t received) {
+  if (r.times == nullptr) return;
+  r.times->bytes_sent += sent;
+  r.times->bytes_received += received;
+  r.times->collectives += 1;
+}
+
+status wait(run& r, request& req) {
+  timer t(r.times, &phase_times::comm_s);
+  return r.comm.wait(req);
+}
+
+status drive(run& r, program& p) {
+  const int k_last = p.exchanges();
+  const std::uint64_t n_seg = r.segments;
+  const bool staggered = r.cfg.pipeline && n_seg > 1;
+  const std::size_t need = staggered ? static_cast<std::size_t>(k_last) + 1 : 1;
+  if (r.ws.slots.size() < need) r.ws.slots.resize(need);
+  status fatal;
+  auto step = [&](int k, std::uint64_t i, slot& s) {
+    if (fatal.ok()) fatal = p.stage(r, k, i, s);
+  };
+  if (!staggered) {
+    for (std::uint64_t i = 0; i < n_seg && fatal.ok(); ++i)
+      for (int k = 0; k <= k_last; ++k) step(k, i, r.ws.slots[0]);
+  } else {
+    const auto depth = static_cast<std::uint64_t>(k_last);
+    for (std::uint64_t t = 0; t < n_seg + depth && fatal.ok(); ++t)
+      for (int k = 0; k <= k_last; ++k) {
+        const auto kk = static_cast<std::uint64_t>(k);
+        if (t >= kk && t - kk < n_seg) step(k, t - kk, r.ws.slots[(t - kk) % (depth + 1)]);
+      }
+  }
+  if (!fatal.ok()) {
+    // Leave no transfer running into memory the caller may free.
+    for (auto& s : r.ws.slots) (void)r.comm.wait(s.req);
+    return fatal;
+  }
+  return {};
+}
+
+}  // namespace gradcodec::comm::detail

@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The two-phase strategy (CNTK 1-bit SGD, DeepSpeed compressed allreduce, CGX): each rank
+//! encodes W chunks of the segment (worker error feedback) and alltoallv's them; the owner
+//! of a chunk decode-accumulates it from every rank in rank order, re-encodes the mean
+//! with its own server residual, and the owners' frames are allgathered and decoded by
+//! every rank. The dense strategy of fp16/bf16 is the same program with the input divided
+//! by W before the cast, plain sums at the owner and no server residual.
+#include "internal.hpp"
+
+namespace gradcodec::comm::detail {
+
+namespace {
+
+class two_phase_program final : public program {
+ public:
+  [[nodiscard]] int exchanges() const noexcept override { return 2; }
+
+  status stage(run& r, int k, std::uint64_t i, slot& s) override {
+    if (k == 0) return scatter(r, i, s);
+    if (k == 1) return reduce(r, i, s);
+    return gather(r, i, s);
+  }
+
+ private:
+  static bool variable(const run& r) { return r.cfg.spec.id == codec_id::threshold; }
+  static bool prescaled(const run& r) { return r.divisor != 1.0f; }
+  static dtype worker_type(const run& r) { return prescaled(r) ? dtype::f32 : r.in.type; }
+  static bool server_feedback(const run& r) {
+    return r.error_feedback && r.how == strategy::two_phase;
+  }
+  static std::uint64_t worker_cap(const run& r, std::uint64_t len) {
+    return len > 0 ? encode_bound(r.cfg.spec, len, worker_type(r)) : 0;
+  }
+  static std::uint64_t server_cap(const run& r, std::uint64_t len) {
+    return len > 0 ? encode_bound(r.cfg.spec, len, dtype::f32) : 0;
+  }
+  static range chunk(const run& r, const segment& g, int c) {
+    return chunk_of(g.len, r.unit, r.world, c);
+  }
+
+  //! Encodes chunk d of segment i at dst; returns the frame bytes (0 after a failure).
+  static std::uint64_t encode_chunk(run& r, std::uint64_t i, const segment& g, int d,
+                                    std::byte* dst, std::uint64_t cap) {
+    const range ch = chunk(r, g, d);
+    if (r.failed() || ch.len == 0) return 0;
+    const_tensor_view src = slice(r.in, g.offset + ch.begin, ch.len);
+    if (prescaled(r)) {
+      float* p = r.ws.prescaled.as<float>(ch.len + 1);
+      for (std::uint64_t j = 0; j < ch.len; ++j) p[j] = load(src, j) / r.divisor;
+      src = {p, ch.len, dtype::f32, 0};
+    }
+    const context fctx = frame_context(r, role_worker, i, static_cast<std::uint64_t>(d));
+    result<std::size_t> written = std::size_t{0};
+    if (r.error_feedback) {
+      const tensor_view res = f32_view(r.st.worker_residual.data() + g.offset + ch.begin, ch.len);
+      auto ws = codec_scratch(r, r.cfg.spec, src, operation::encode_with_feedback);
+      if (!r.failed())
+        written = encode_with_feedback(r.cfg.spec, fctx, src, res, {dst, cap}, r.exec(ws));
+    } else {
+      auto ws = codec_scratch(r, r.cfg.spec, src, operation::encode);
+      if (!r.failed()) written = encode(r.cfg.spec, fctx, src, {dst, cap}, r.exec(ws));
+    }
+    if (!written) {
+      r.fail(written.error());
+      return 0;
+    }
+    return r.failed() ? 0 : written.value();
+  }
+
+  status scatter(run& r, std::uint64_t i, slot& s) {
+    const segment g = r.seg(i);
+    const auto w = static_cast<std::size_t>(r.world);
+    s.send_sizes.assign(w, 0);
+    s.announced.assign(w, 0);
+    std::uint64_t total = 0;
+    for (std::size_t d = 0; d < w; ++d) {
+      s.send_sizes[d] = block_header + worker_cap(r, chunk(r, g, static_cast<int>(d)).len);
+      total += s.send_sizes[d];
+    }
+    std::byte* send = s.send.reserve(total);
+    {
+      timer t(r.times, &phase_times::encode_s);
+      std::uint64_t at = 0;
+      for (std::size_t d = 0; d < w; ++d) {
+        s.announced[d] = encode_chunk(r, i, g, static_cast<int>(d), send + at + block_header,
+                                      s.send_sizes[d] - block_header);
+        at += s.send_sizes[d];
+      }
+      // Headers last: a failure on any chunk reaches every destination.
+      at = 0;
+      for (std::size_t d = 0; d < w; ++d) {
+        if (r.failed()) s.announced[d] = 0;
+        put_block(send + at, r.poison, s.announced[d]);
+        at += s.send_sizes[d];
+      }
+    }
+    const std::uint64_t rcap = worker_cap(r, chunk(r, g, r.me).len);
+    s.recv_sizes.assign(w, block_header + rcap);
+    if (!variable(r)) {
+      std::byte* recv = s.recv.reserve(w * (block_header + rcap));
+      count_traffic(r, total, w * (block_header + rcap));
+      timer t(r.times, &phase_times::comm_s);
+      return r.comm.ialltoallv(send, s.send_sizes, recv, s.recv_sizes, s.req);
+    }
+    // Variable size: headers first, then the frames packed back to back.
+    s.headers_out.resize(w * block_header);
+    s.headers_in.resize(w * block_header);
+    std::uint64_t at = 0;
+    for (std::size_t d = 0; d < w; ++d) {
+      std::memcpy(s.headers_out.data() + d * block_header, send + at, block_header);
+      at += s.send_sizes[d];
+    }
+    s.lengths.assign(w, block_header);
+    {
+      timer t(r.times, &phase_times::comm_s);
+      count_traffic(r, w * block_header, w * block_header);
+      if (auto st =
+              r.comm.alltoallv(s.headers_out.data(), s.lengths, s.headers_in.data(), s.lengths);
+          !st.ok())
+        return st;
+    }
+    std::uint64_t in_total = 0;
+    for (std::size_t q = 0; q < w; ++q) {
+      s.recv_sizes[q] = read_block(r, s.headers_in.data() + q * block_header, rcap);
+      in_total += s.recv_sizes[q];
+    }
+    std::uint64_t from = 0, to = 0, out_total = 0;
+    for (std::size_t d = 0; d < w; ++d) {
+      if (s.announced[d] > 0) std::memmove(send + to, send + from + block_header, s.announced[d]);
+      from += s.send_sizes[d];
+      to += s.announced[d];
+      s.send_sizes[d] = s.announced[d];
+      out_total += s.announced[d];
+    }
+    std::byte* recv = s.recv.reserve(in_total + 1);
+    count_traffic(r, out_total, in_total);
+    timer t(r.times, &phase_times::comm_s);
+    return r.comm.ialltoallv(send, s.send_sizes, recv, s.recv_sizes, s.req);
+  }
+
+  status reduce(run& r, std::uint64_t i, slot& s) {
+    if (auto st = wait(r, s.req); !st.ok()) return st;
+    const segment g = r.seg(i);
+    const auto w = static_cast<std::size_t>(r.world);
+    const range mine = chunk(r, g, r.me);
+    const std::uint64_t rcap = worker_cap(r, mine.len);
+    s.offsets.assign(w, 0);
+    s.lengths.assign(w, 0);
+    std::uint64_t at = 0;
+    for (std::size_t q = 0; q < w; ++q) {
+      if (variable(r)) {
+        s.offsets[q] = at;
+        s.lengths[q] = s.recv_sizes[q];
+        at += s.lengths[q];
+      } else {
+        s.offsets[q] = q * (block_header + rcap) + block_header;
+        s.lengths[q] = read_block(r, s.recv.data() + q * (block_header + rcap), rcap);
+      }
+    }
+    const std::uint64_t scap = server_cap(r, mine.len);
+    std::byte* send = s.server_send.reserve(block_header + scap);
+    std::uint64_t bytes = 0;
+    if (!r.failed() && mine.len > 0) {
+      timer t(r.times, &phase_times::reduce_s);
+      float* acc = r.ws.accum.as<float>(mine.len + 1);
+      for (std::uint64_t j = 0; j < mine.len; ++j) acc[j] = 0.0f;
+      const tensor_view accv = f32_view(acc, mine.len);
+      auto ws = codec_scratch(r, r.cfg.spec, accv, operation::decode_accumulate);
+      for (std::size_t q = 0; q < w && !r.failed(); ++q) {
+        if (auto st = decode_accumulate({s.recv.data() + s.offsets[q], s.lengths[q]}, accv, r.alpha,
+                                        r.exec(ws));
+            !st.ok())
+          r.fail(st);
+      }
+      if (!r.failed()) {
+        const context fctx = frame_context(r, role_server, i, static_cast<std::uint64_t>(r.me));
+        const mutable_bytes dst{send + block_header, scap};
+        result<std::size_t> written = std::size_t{0};
+        if (server_feedback(r)) {
+          const std::uint64_t full = chunk_of(r.seg_len, r.unit, r.world, r.me).len;
+          const tensor_view res = f32_view(r.st.server_residual.data() + i * full, mine.len);
+          auto ews = codec_scratch(r, r.cfg.spec, accv, operation::encode_with_feedback);
+          if (!r.failed())
+            written = encode_with_feedback(r.cfg.spec, fctx, accv, res, dst, r.exec(ews));
+        } else {
+          auto ews = codec_scratch(r, r.cfg.spec, accv, operation::encode);
+          if (!r.failed()) written = encode(r.cfg.spec, fctx, accv, dst, r.exec(ews));
+        }
+        if (!written)
+          r.fail(written.error());
+        else
+          bytes = written.value();
+      }
+    }
+    if (r.failed()) bytes = 0;
+    put_block(send, r.poison, bytes);
+    s.server_sizes.assign(w, 0);
+    std::uint64_t total = 0;
+    for (std::size_t c = 0; c < w; ++c) {
+      s.server_sizes[c] = block_header + server_cap(r, chunk(r, g, static_cast<int>(c)).len);
+      total += s.server_sizes[c];
+    }
+    if (!variable(r)) {
+      std::byte* recv = s.server_recv.reserve(total);
+      count_traffic(r, block_header + scap, total);
+      timer t(r.times, &phase_times::comm_s);
+      return r.comm.iallgatherv(send, block_header + scap, recv, s.server_sizes, s.req);
+    }
+    s.headers_in.resize(w * block_header);
+    {
+      timer t(r.times, &phase_times::comm_s);
+      count_traffic(r, block_header, w * block_header);
+      if (auto st = r.comm.allgather(send, block_header, s.headers_in.data()); !st.ok()) return st;
+    }
+    total = 0;
+    for (std::size_t c = 0; c < w; ++c) {
+      s.server_sizes[c] =
+          read_block(r, s.headers_in.data() + c * block_header, s.server_sizes[c] - block_header);
+      total += s.server_sizes[c];
+    }
+    std::byte* recv = s.server_recv.reserve(total + 1);
+    count_traffic(r, bytes, total);
+    timer t(r.times, &phase_times::comm_s);
+    return r.comm.iallgatherv(send + block_header, bytes, recv, s.server_sizes, s.req);
+  }
+
+  status gather(run& r, std::uint64_t i, slot& s) {
+    if (auto st = wait(r, s.req); !st.ok()) return st;
+    const segment g = r.seg(i);
+    const auto w = static_cast<std::size_t>(r.world);
+    s.offsets.assign(w, 0);
+    s.lengths.assign(w, 0);
+    std::uint64_t at = 0;
+    for (std::size_t c = 0; c < w; ++c) {
+      if (variable(r)) {
+        s.offsets[c] = at;
+        s.lengths[c] = s.server_sizes[c];
+        at += s.lengths[c];
+      } else {
+        const std::uint64_t cap = s.server_sizes[c] - block_header;
+        s.offsets[c] = at + block_header;
+        s.lengths[c] = read_block(r, s.server_recv.data() + at, cap);
+        at += s.server_sizes[c];
+      }
+    }
+    if (r.failed()) return {};
+    timer t(r.times, &phase_times::decode_s);
+    for (std::size_t c = 0; c < w && !r.failed(); ++c) {
+      const range ch = chunk(r, g, static_cast<int>(c));
+      if (ch.len == 0) continue;
+      const tensor_view dst = slice(r.out, g.offset + ch.begin, ch.len);
+      auto ws = codec_scratch(r, r.cfg.spec, dst, operation::decode);
+      if (auto st = decode({s.server_recv.data() + s.offsets[c], s.lengths[c]}, dst, r.exec(ws));
+          !st.ok())
+        r.fail(st);
+    }
+    return {};
+  }
+};
+
+}  // namespace
+
+status run_two_phase(run& r) {
+  two_phase_program p;
+  return drive(r, p);
+}
+
+}  // namespace gradcodec::comm::detail

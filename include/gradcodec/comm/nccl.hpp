@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! comm::communicator over NCCL (target gradcodec::nccl): every call is enqueued on the
+//! communicator's CUDA stream and works on device buffers; wait() polls the request's
+//! event and ncclCommGetAsyncError, so a failed peer surfaces as comm_error instead of a
+//! hang inside cudaStreamSynchronize (RAFT's sync_stream). allgatherv is a group of
+//! broadcasts, alltoallv a group of send/recv pairs (the rank's own block is a device
+//! copy). The strategy layer of allreduce.hpp runs on host memory and refuses this
+//! communicator; use it directly for device-side collectives.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+#include <vector>
+
+#include "gradcodec/comm/communicator.hpp"
+
+namespace gradcodec::comm {
+
+class nccl_communicator final : public communicator {
+ public:
+  //! Wraps `comm` and issues every call on `stream`. With `owned`, the destructor
+  //! destroys comm. The current CUDA device must be comm's device.
+  static status create(ncclComm_t comm, cudaStream_t stream, bool owned,
+                       std::unique_ptr<nccl_communicator>& out);
+  ~nccl_communicator() override;
+
+  [[nodiscard]] int rank() const noexcept override { return rank_; }
+  [[nodiscard]] int size() const noexcept override { return size_; }
+  [[nodiscard]] std::string_view name() const noexcept override { return "nccl"; }
+  [[nodiscard]] memory_space memory() const noexcept override { return memory_space::device; }
+  [[nodiscard]] ncclComm_t handle() const noexcept { return comm_; }
+  [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
+
+  status iallgather(const void* send, std::uint64_t send_bytes, void* recv, request& req) override;
+  status iallgatherv(const void* send, std::uint64_t send_bytes, void* recv,
+                     std::span<const std::uint64_t> recv_bytes, request& req) override;
+  status ialltoallv(const void* send, std::span<const std::uint64_t> send_bytes, void* recv,
+                    std::span<const std::uint64_t> recv_bytes, request& req) override;
+  status iallreduce(const void* send, void* recv, std::uint64_t count, element_type type,
+                    reduce_op op, request& req) override;
+  status ibroadcast(void* buf, std::uint64_t bytes, int root, request& req) override;
+  status wait(request& req) override;
+  status barrier() override;
+  //! ncclCommSplit; the new communicator shares this one's stream and is owned.
+  status split(int color, int key, std::unique_ptr<communicator>& out) override;
+
+ private:
+  nccl_communicator(ncclComm_t comm, cudaStream_t stream, bool owned);
+  //! Records an event after the work just enqueued and returns it as a request.
+  status track(request& req);
+  status nccl_failed(ncclResult_t r, std::string_view call) const;
+
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  bool owned_ = false;
+  int rank_ = 0, size_ = 1;
+  void* scratch_ = nullptr;  // 4 device bytes for barrier()
+  std::uint64_t next_id_ = 1;
+  std::vector<std::pair<std::uint64_t, cudaEvent_t>> pending_;
+  std::vector<cudaEvent_t> spare_;
+};
+
+}  // namespace gradcodec::comm
