@@ -1,0 +1,154 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Type stubs of the native module gradcodec._gradcodec (re-exported by gradcodec)."""
+
+import enum
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
+
+import numpy as np
+import numpy.typing as npt
+
+# An array the library reads or writes in place: a numpy array or any object with
+# __dlpack__ (torch.Tensor, ...), float32/float16/bfloat16, C-contiguous, never copied.
+ArrayLike = Any
+# Frame bytes: a uint8 numpy array or tensor, bytes, bytearray or memoryview.
+BytesLike = Union[npt.NDArray[np.uint8], bytes, bytearray, memoryview, Any]
+# A dtype: "f32"/"f16"/"bf16", "float32"/..., numpy.float32, numpy.dtype, torch.float32.
+DTypeLike = Any
+SpecLike = Union[str, "Codec"]
+_Out = TypeVar("_Out")
+
+__version__: str
+header_bytes: int
+format_version: int
+
+class StatusCode(enum.IntEnum):
+    ok = 0
+    invalid_argument = 1
+    invalid_spec = 2
+    output_too_small = 3
+    workspace_too_small = 4
+    corrupt_frame = 5
+    unsupported_version = 6
+    shape_mismatch = 7
+    nonfinite_input = 8
+    backend_unavailable = 9
+    device_error = 10
+    comm_error = 11
+    internal_error = 12
+
+class Codec:
+    """A codec and its parameters, from a spec string such as 'qsgd:levels=7,bucket=512'.
+    Keyword arguments add parameters: Codec('topk', ratio=0.05)."""
+
+    def __init__(self, spec: SpecLike, **params: Any) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def id(self) -> int: ...
+    @property
+    def spec(self) -> str:
+        """The canonical spec string."""
+    @property
+    def params(self) -> Dict[str, Any]: ...
+    @property
+    def info(self) -> Dict[str, Any]: ...
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+    def encode_bound(self, n: int, dtype: DTypeLike = "f32", rows: int = 0) -> int: ...
+    def workspace_size(self, n: int, operation: str = "encode", dtype: DTypeLike = "f32",
+                       rows: int = 0, backend: str = "auto") -> int: ...
+    def encode(self, input: ArrayLike, *, seed: int = 0, step: int = 0, tensor_id: int = 0,
+               backend: str = "auto", rows: Optional[int] = None, threads: int = 0,
+               out: Optional[Any] = None) -> Any:
+        """Encodes input into a frame: a new numpy uint8 array, or out[:size] with out."""
+    def encode_with_feedback(self, grad: ArrayLike, residual: ArrayLike, *, seed: int = 0,
+                             step: int = 0, tensor_id: int = 0, backend: str = "auto",
+                             rows: Optional[int] = None, threads: int = 0,
+                             out: Optional[Any] = None) -> Any:
+        """p = grad + residual; frame = encode(p); residual = p - decode(frame) in place."""
+    def decode(self, frame: BytesLike, out: Optional[_Out] = None, *,
+               shape: Union[int, Sequence[int], None] = None, dtype: DTypeLike = None,
+               backend: str = "auto", threads: int = 0) -> Any: ...
+    def decode_accumulate(self, frame: BytesLike, acc: ArrayLike, alpha: float = 1.0, *,
+                          backend: str = "auto", threads: int = 0) -> None: ...
+    def peek(self, frame: BytesLike) -> FrameInfo: ...
+    @staticmethod
+    def from_frame(frame: BytesLike) -> Codec: ...
+
+class FrameInfo:
+    """A frame header (docs/format.md)."""
+
+    version: int
+    flags: int
+    n: int
+    payload_bytes: int
+    count: int
+    group: int
+    level: int
+    mode: int
+    param: float
+    @property
+    def codec(self) -> str: ...
+    @property
+    def codec_id(self) -> int: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def nonfinite(self) -> bool: ...
+    @property
+    def index64(self) -> bool: ...
+    @property
+    def frame_bytes(self) -> int: ...
+    @property
+    def spec(self) -> Codec: ...
+    def as_dict(self) -> Dict[str, Any]: ...
+
+def encode(spec: SpecLike, input: ArrayLike, *, seed: int = 0, step: int = 0,
+           tensor_id: int = 0, backend: str = "auto", rows: Optional[int] = None,
+           threads: int = 0, out: Optional[Any] = None) -> Any: ...
+def encode_with_feedback(spec: SpecLike, grad: ArrayLike, residual: ArrayLike, *,
+                         seed: int = 0, step: int = 0, tensor_id: int = 0,
+                         backend: str = "auto", rows: Optional[int] = None, threads: int = 0,
+                         out: Optional[Any] = None) -> Any: ...
+def encode_bound(spec: SpecLike, n: int, dtype: DTypeLike = "f32", rows: int = 0) -> int: ...
+def decode(frame: BytesLike, out: Optional[_Out] = None, *,
+           shape: Union[int, Sequence[int], None] = None, dtype: DTypeLike = None,
+           backend: str = "auto", threads: int = 0) -> Any:
+    """Decodes a whole frame into out, or into a new numpy array."""
+def decode_accumulate(frame: BytesLike, acc: ArrayLike, alpha: float = 1.0, *,
+                      backend: str = "auto", threads: int = 0) -> None:
+    """acc += alpha * decode(frame), in place."""
+def peek(frame: BytesLike) -> FrameInfo: ...
+def sign_majority_vote(frames: Sequence[BytesLike], out: Optional[_Out] = None,
+                       alpha: float = 1.0, *, shape: Union[int, Sequence[int], None] = None,
+                       dtype: DTypeLike = None) -> Any: ...
+def codecs() -> List[Dict[str, Any]]: ...
+def backend_available(name: str) -> bool: ...
+def backends() -> List[str]: ...
+def cpu_isa() -> str: ...
+def cpu_isa_best() -> str: ...
+def cpu_isa_supported(name: str) -> bool: ...
+def set_cpu_isa(name: str) -> None: ...
+def cpu_default_threads() -> int: ...
+def set_cpu_default_threads(threads: int) -> None: ...
+
+# --- PowerSGD phases (float32 host arrays, modified in place) ---------------------------
+
+def powersgd_compresses(spec: SpecLike, rows: int, cols: int) -> bool: ...
+def powersgd_rank(spec: SpecLike, rows: int, cols: int) -> int: ...
+def powersgd_init_q(spec: SpecLike, rows: int, cols: int, q: ArrayLike, *, seed: int = 0,
+                    tensor_id: int = 0) -> None: ...
+def powersgd_compute_p(spec: SpecLike, grad: ArrayLike, residual: ArrayLike, q: ArrayLike,
+                       p: ArrayLike, *, rows: Optional[int] = None) -> None: ...
+def powersgd_compute_q(spec: SpecLike, p: ArrayLike, residual: ArrayLike, rows: int,
+                       cols: int, q: ArrayLike) -> None: ...
+def powersgd_finish(spec: SpecLike, p: ArrayLike, q: ArrayLike, world_size: int,
+                    residual: ArrayLike, out: ArrayLike, *, error_feedback: bool = True,
+                    rows: Optional[int] = None) -> None: ...
+def powersgd_orthogonalize(a: ArrayLike, rows: int, r: int, eps: float = 1e-8) -> None: ...
+def powersgd_state_bytes(rows: int, cols: int, rank: int) -> int: ...
+def powersgd_save_state(q: ArrayLike, residual: ArrayLike, rows: int, cols: int, rank: int,
+                        step: int = 0) -> npt.NDArray[np.uint8]: ...
+def powersgd_peek_state(state: BytesLike) -> Dict[str, int]: ...
+def powersgd_load_state(state: BytesLike, rows: int, cols: int, rank: int, q: ArrayLike,
+                        residual: ArrayLike) -> Dict[str, int]: ...

@@ -1,0 +1,548 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The codec API for Python: Codec (a spec), encode / encode_with_feedback into numpy
+//! frames or a caller's buffer, decode / decode_accumulate into any float array, peek,
+//! the majority vote, codec and backend queries. Arrays are never copied: numpy arrays
+//! through the buffer protocol, torch tensors and others through DLPack.
+
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+
+namespace gradcodec::python {
+namespace {
+
+constexpr const char* kEncodeKwargsDoc = R"(
+    seed, step, tensor_id: the context that keys every random decision; every rank of a
+        job passes the same values (step advances once per training step).
+    backend: "auto" (default), "reference", "cpu" or "cuda"; every backend writes the same
+        bytes.
+    rows: matrix rows for codecs that need a shape (PowerSGD); default: shape[0] of an
+        array with two or more dimensions, else flat.
+    threads: CPU backend threads (0: the library default).
+    out: optional writable uint8 host buffer (numpy array or torch tensor) to encode into;
+        the frame returned is then out[:size], a view of it.)";
+
+struct encode_args {
+  std::uint64_t seed = 0, step = 0, tensor_id = 0;
+  std::string backend = "auto";
+  std::optional<std::uint64_t> rows;
+  int threads = 0;
+  nb::object out;
+};
+
+nb::object encode_impl(const codec_spec& spec, const in_array& input, const out_array* residual,
+                       const encode_args& a) {
+  exec_options opt;
+  opt.where = backend_arg(a.backend);
+  opt.threads = a.threads;
+  call_device dev;
+  const const_tensor_view in = tensor_in(input, "input", dev, opt, a.rows);
+  tensor_view res{};
+  if (residual != nullptr) res = tensor_out(*residual, "residual", dev, opt);
+  const context ctx{a.seed, a.step, a.tensor_id};
+  const operation op = residual != nullptr ? operation::encode_with_feedback : operation::encode;
+  workspace ws(unwrap(workspace_size(spec, in, op, opt)), dev);
+  opt.workspace = ws.bytes();
+
+  nb::object frame;
+  mutable_bytes dst;
+  std::uint64_t bound = 0;
+  if (a.out.is_none()) {
+    bound = encode_bound(spec, in.n, in.type, in.rows);
+    void* p = nullptr;
+    frame = numpy_empty({static_cast<std::size_t>(bound)}, "uint8", &p);
+    dst = {static_cast<std::byte*>(p), static_cast<std::size_t>(bound)};
+  } else {
+    out_array o;
+    if (!nb::try_cast(a.out, o, false)) throw nb::type_error("out must be a writable uint8 array");
+    dst = bytes_out(o, "out");
+    frame = a.out;
+  }
+  auto run = [&]() -> result<std::size_t> {
+    nb::gil_scoped_release nogil;
+    if (residual != nullptr) return encode_with_feedback(spec, ctx, in, res, dst, opt);
+    return encode(spec, ctx, in, dst, opt);
+  };
+  const std::size_t written = unwrap(run());
+  if (a.out.is_none() && written == bound) return frame;
+  nb::object view = frame[nb::slice(written)];
+  // A variable-size frame (threshold) far below its bound should not pin the bound's memory.
+  if (a.out.is_none() && written * 2 < bound) return view.attr("copy")();
+  return view;
+}
+
+std::vector<std::size_t> shape_arg(nb::handle shape, std::uint64_t n) {
+  std::vector<std::size_t> dims;
+  if (shape.is_none()) {
+    dims.push_back(static_cast<std::size_t>(n));
+    return dims;
+  }
+  if (nb::isinstance<nb::int_>(shape)) {
+    dims.push_back(nb::cast<std::size_t>(shape));
+  } else {
+    for (nb::handle d : shape) dims.push_back(nb::cast<std::size_t>(d));
+  }
+  std::uint64_t total = 1;
+  for (std::size_t d : dims) total *= d;
+  if (total != n)
+    raise_error(status_code::shape_mismatch, std::string("shape has ")
+                                                 .append(std::to_string(total))
+                                                 .append(" elements, the frame has ")
+                                                 .append(std::to_string(n)));
+  return dims;
+}
+
+//! A new numpy array for a decode result: dtype from the argument or the frame (numpy has
+//! no bfloat16, so bf16 frames decode to float32 unless out= is given).
+nb::object new_output(const frame_header& h, nb::handle shape, nb::handle type, tensor_view& v) {
+  dtype t = type.is_none() ? (h.type == dtype::bf16 ? dtype::f32 : h.type) : dtype_arg(type);
+  if (t == dtype::bf16)
+    raise_error(status_code::invalid_argument,
+                "numpy has no bfloat16: pass out= (e.g. a torch.bfloat16 tensor) instead");
+  void* p = nullptr;
+  nb::object arr = numpy_empty(shape_arg(shape, h.n), numpy_dtype_name(t), &p);
+  v = {p, h.n, t, 0};
+  return arr;
+}
+
+nb::object decode_impl(const in_array& frame_arr, nb::handle out, nb::handle shape, nb::handle type,
+                       const std::string& backend_name, int threads) {
+  const const_bytes frame = bytes_in(frame_arr, "frame");
+  const frame_header h = unwrap(peek(frame));
+  exec_options opt;
+  opt.where = backend_arg(backend_name);
+  opt.threads = threads;
+  call_device dev;
+  tensor_view view{};
+  nb::object res;
+  if (out.is_none()) {
+    res = new_output(h, shape, type, view);
+    dev.note(nb::device::cpu::value, 0, "out", opt);
+  } else {
+    out_array o;
+    if (!nb::try_cast(out, o, false)) throw nb::type_error("out must be a writable float array");
+    view = tensor_out(o, "out", dev, opt);
+    res = nb::borrow(out);
+  }
+  workspace ws(unwrap(workspace_size(spec_of(h), view, operation::decode, opt)), dev);
+  opt.workspace = ws.bytes();
+  auto run = [&]() -> status {
+    nb::gil_scoped_release nogil;
+    return decode(frame, view, opt);
+  };
+  check(run());
+  return res;
+}
+
+void decode_accumulate_impl(const in_array& frame_arr, const out_array& acc, float alpha,
+                            const std::string& backend_name, int threads) {
+  const const_bytes frame = bytes_in(frame_arr, "frame");
+  const frame_header h = unwrap(peek(frame));
+  exec_options opt;
+  opt.where = backend_arg(backend_name);
+  opt.threads = threads;
+  call_device dev;
+  const tensor_view view = tensor_out(acc, "acc", dev, opt);
+  workspace ws(unwrap(workspace_size(spec_of(h), view, operation::decode_accumulate, opt)), dev);
+  opt.workspace = ws.bytes();
+  auto run = [&]() -> status {
+    nb::gil_scoped_release nogil;
+    return decode_accumulate(frame, view, alpha, opt);
+  };
+  check(run());
+}
+
+nb::object vote_impl(const std::vector<in_array>& frames, nb::handle out, float alpha,
+                     nb::handle shape, nb::handle type) {
+  std::vector<const_bytes> views;
+  views.reserve(frames.size());
+  for (const auto& f : frames) views.push_back(bytes_in(f, "frame"));
+  if (views.empty()) raise_error(status_code::invalid_argument, "the vote needs at least 1 frame");
+  const frame_header h = unwrap(peek(views.front()));
+  exec_options opt;
+  call_device dev;
+  tensor_view view{};
+  nb::object res;
+  if (out.is_none()) {
+    const nb::object t = type.is_none() ? nb::object(nb::str("f32")) : nb::borrow(type);
+    res = new_output(h, shape, t, view);
+  } else {
+    out_array o;
+    if (!nb::try_cast(out, o, false)) throw nb::type_error("out must be a writable float array");
+    view = tensor_out(o, "out", dev, opt);
+    if (dev.cuda())
+      raise_error(status_code::invalid_argument, "the majority vote runs on host memory");
+    res = nb::borrow(out);
+  }
+  auto run = [&]() -> status {
+    nb::gil_scoped_release nogil;
+    return sign_majority_vote(views, view, alpha);
+  };
+  check(run());
+  return res;
+}
+
+// --- spec helpers ---------------------------------------------------------------------
+
+std::string param_text(nb::handle v) {
+  if (nb::isinstance<nb::bool_>(v)) return nb::cast<bool>(v) ? "1" : "0";
+  if (nb::isinstance<nb::str>(v)) return nb::cast<std::string>(v);
+  return nb::cast<std::string>(nb::repr(v));
+}
+
+codec_spec make_codec(nb::handle spec, const nb::kwargs& params) {
+  std::string text =
+      nb::isinstance<nb::str>(spec) ? nb::cast<std::string>(spec) : to_string(spec_arg(spec));
+  bool first = text.find(':') == std::string::npos;
+  for (auto [key, value] : params) {
+    text.append(first ? ":" : ",")
+        .append(nb::cast<std::string>(key))
+        .append("=")
+        .append(param_text(value));
+    first = false;
+  }
+  return unwrap(parse_spec(text));
+}
+
+const char* rounding_name(rounding_mode r) {
+  return r == rounding_mode::nearest ? "nearest" : "stochastic";
+}
+
+nb::object param_value(const codec_spec& s, std::string_view key) {
+  if (key == "ratio") return nb::float_(s.ratio);
+  if (key == "k") return nb::int_(s.k);
+  if (key == "sample") return nb::float_(s.sample);
+  if (key == "unbiased") return nb::bool_(s.unbiased);
+  if (key == "tau") return nb::float_(static_cast<double>(s.tau));
+  if (key == "cap") return nb::int_(s.cap);
+  if (key == "levels") return nb::int_(s.levels);
+  if (key == "bucket") return nb::int_(s.bucket);
+  if (key == "bits") return nb::int_(s.bits);
+  if (key == "rounding") return nb::str(rounding_name(s.rounding));
+  if (key == "norm") return nb::str(s.norm == norm_kind::l2 ? "l2" : "max");
+  if (key == "clip") return nb::float_(static_cast<double>(s.clip));
+  if (key == "scale")
+    return nb::str(s.scale == scale_kind::none   ? "none"
+                   : s.scale == scale_kind::mean ? "mean"
+                                                 : "l2");
+  if (key == "rank") return nb::int_(s.rank);
+  if (key == "eps") return nb::float_(static_cast<double>(s.eps));
+  if (key == "min_rate") return nb::float_(static_cast<double>(s.min_rate));
+  if (key == "nonfinite")
+    return nb::str(s.nonfinite == nonfinite_policy::propagate ? "propagate" : "error");
+  return nb::none();
+}
+
+nb::dict params_of(const codec_spec& s) {
+  nb::dict d;
+  for (const param_info& p : info(s.id).params)
+    d[nb::str(p.key.data(), p.key.size())] = param_value(s, p.key);
+  return d;
+}
+
+nb::str sv(std::string_view s) { return nb::str(s.data(), s.size()); }
+
+nb::dict info_dict(const codec_info& c) {
+  nb::dict d;
+  d["name"] = sv(c.name);
+  d["id"] = static_cast<int>(c.id);
+  d["summary"] = sv(c.summary);
+  d["bits_per_element"] = sv(c.bits_per_element);
+  d["unbiased"] = c.unbiased;
+  nb::list params;
+  for (const param_info& p : c.params) {
+    nb::dict pd;
+    pd["key"] = sv(p.key);
+    pd["default"] = sv(p.default_value);
+    pd["range"] = sv(p.range);
+    pd["doc"] = sv(p.doc);
+    params.append(pd);
+  }
+  d["params"] = params;
+  return d;
+}
+
+operation operation_arg(const std::string& name) {
+  if (name == "encode") return operation::encode;
+  if (name == "encode_with_feedback") return operation::encode_with_feedback;
+  if (name == "decode") return operation::decode;
+  if (name == "decode_accumulate") return operation::decode_accumulate;
+  raise_error(
+      status_code::invalid_argument,
+      "unknown operation '" + name + "' (encode, encode_with_feedback, decode, decode_accumulate)");
+}
+
+std::size_t workspace_query(const codec_spec& spec, std::uint64_t n, const std::string& op,
+                            nb::handle type, std::uint64_t rows, const std::string& backend_name) {
+  exec_options opt;
+  opt.where = backend_arg(backend_name);
+  return unwrap(workspace_size(spec, const_tensor_view{nullptr, n, dtype_arg(type), rows},
+                               operation_arg(op), opt));
+}
+
+nb::dict header_dict(const frame_header& h) {
+  nb::dict d;
+  d["version"] = h.version;
+  d["codec"] = sv(codec_name(h.codec));
+  d["dtype"] = sv(dtype_name(h.type));
+  d["flags"] = h.flags;
+  d["n"] = h.n;
+  d["payload_bytes"] = h.payload_bytes;
+  d["frame_bytes"] = h.frame_bytes();
+  d["count"] = h.count;
+  d["group"] = h.group;
+  d["level"] = h.level;
+  d["mode"] = h.mode;
+  d["param"] = static_cast<double>(h.param);
+  return d;
+}
+
+}  // namespace
+
+void register_codec(nb::module_& m) {
+  nb::enum_<status_code>(m, "StatusCode", nb::is_arithmetic(),
+                         "The library's status codes (stable numbers; gradcodec.Error.code).")
+      .value("ok", status_code::ok)
+      .value("invalid_argument", status_code::invalid_argument)
+      .value("invalid_spec", status_code::invalid_spec)
+      .value("output_too_small", status_code::output_too_small)
+      .value("workspace_too_small", status_code::workspace_too_small)
+      .value("corrupt_frame", status_code::corrupt_frame)
+      .value("unsupported_version", status_code::unsupported_version)
+      .value("shape_mismatch", status_code::shape_mismatch)
+      .value("nonfinite_input", status_code::nonfinite_input)
+      .value("backend_unavailable", status_code::backend_unavailable)
+      .value("device_error", status_code::device_error)
+      .value("comm_error", status_code::comm_error)
+      .value("internal_error", status_code::internal_error);
+
+  m.attr("__version__") = version_string;
+  m.attr("header_bytes") = header_bytes;
+  m.attr("format_version") = format_version;
+
+  nb::class_<codec_spec>(m, "Codec",
+                         "A codec and its parameters, from a spec string such as\n"
+                         "'qsgd:levels=7,bucket=512' (docs/codecs.md lists every parameter).\n"
+                         "Keyword arguments add parameters: Codec('topk', ratio=0.05).")
+      .def(
+          "__init__",
+          [](codec_spec* self, nb::handle spec, const nb::kwargs& params) {
+            new (self) codec_spec(make_codec(spec, params));
+          },
+          nb::arg("spec"), nb::arg("params"))
+      .def_prop_ro(
+          "name", [](const codec_spec& s) { return std::string(codec_name(s.id)); },
+          "The codec's name, e.g. 'topk'.")
+      .def_prop_ro(
+          "id", [](const codec_spec& s) { return static_cast<int>(s.id); },
+          "The codec id stored in frame headers.")
+      .def_prop_ro(
+          "spec", [](const codec_spec& s) { return to_string(s); },
+          "The canonical spec string (parses back to an equal Codec).")
+      .def_prop_ro("params", &params_of, "The codec's parameters as a dict (typed values).")
+      .def_prop_ro(
+          "info", [](const codec_spec& s) { return info_dict(info(s.id)); },
+          "Summary, bits per element, bias and parameter documentation of the codec.")
+      .def("__str__", [](const codec_spec& s) { return to_string(s); })
+      .def("__repr__", [](const codec_spec& s) { return "Codec('" + to_string(s) + "')"; })
+      .def("__eq__", [](const codec_spec& a, const codec_spec& b) { return a == b; })
+      .def("__eq__", [](const codec_spec&, nb::handle) { return false; })
+      .def("__hash__", [](const codec_spec& s) { return nb::hash(nb::str(to_string(s).c_str())); })
+      .def("__getstate__", [](const codec_spec& s) { return to_string(s); })
+      .def("__setstate__",
+           [](codec_spec* self, const std::string& text) {
+             new (self) codec_spec(unwrap(parse_spec(text)));
+           })
+      .def(
+          "encode_bound",
+          [](const codec_spec& s, std::uint64_t n, nb::handle type, std::uint64_t rows) {
+            return encode_bound(s, n, dtype_arg(type), rows);
+          },
+          nb::arg("n"), nb::arg("dtype") = "f32", nb::arg("rows") = 0,
+          "The most bytes an encode of n elements can write (header included). Exact for\n"
+          "every codec but threshold and PowerSGD without rows.")
+      .def("workspace_size", &workspace_query, nb::arg("n"), nb::arg("operation") = "encode",
+           nb::arg("dtype") = "f32", nb::arg("rows") = 0, nb::arg("backend") = "auto",
+           "Scratch bytes an operation needs (the bindings allocate it themselves).")
+      .def(
+          "encode",
+          [](const codec_spec& s, const in_array& input, std::uint64_t seed, std::uint64_t step,
+             std::uint64_t tensor_id, const std::string& backend, std::optional<std::uint64_t> rows,
+             int threads, nb::object out) {
+            return encode_impl(s, input, nullptr,
+                               {seed, step, tensor_id, backend, rows, threads, std::move(out)});
+          },
+          nb::arg("input"), nb::kw_only(), nb::arg("seed") = 0, nb::arg("step") = 0,
+          nb::arg("tensor_id") = 0, nb::arg("backend") = "auto", nb::arg("rows") = nb::none(),
+          nb::arg("threads") = 0, nb::arg("out") = nb::none(),
+          (std::string("Encodes a float32/float16/bfloat16 array (numpy, torch, any DLPack\n"
+                       "array; C-contiguous, never copied) into a frame: a numpy uint8 array.\n") +
+           kEncodeKwargsDoc)
+              .c_str())
+      .def(
+          "encode_with_feedback",
+          [](const codec_spec& s, const in_array& grad, const out_array& residual,
+             std::uint64_t seed, std::uint64_t step, std::uint64_t tensor_id,
+             const std::string& backend, std::optional<std::uint64_t> rows, int threads,
+             nb::object out) {
+            return encode_impl(s, grad, &residual,
+                               {seed, step, tensor_id, backend, rows, threads, std::move(out)});
+          },
+          nb::arg("grad"), nb::arg("residual"), nb::kw_only(), nb::arg("seed") = 0,
+          nb::arg("step") = 0, nb::arg("tensor_id") = 0, nb::arg("backend") = "auto",
+          nb::arg("rows") = nb::none(), nb::arg("threads") = 0, nb::arg("out") = nb::none(),
+          (std::string("Error-feedback encode: p = grad + residual; frame = encode(p);\n"
+                       "residual = p - decode(frame), updated in place (any float dtype).\n") +
+           kEncodeKwargsDoc)
+              .c_str())
+      .def(
+          "decode",
+          [](const codec_spec&, const in_array& frame, nb::handle out, nb::handle shape,
+             nb::handle type, const std::string& backend,
+             int threads) { return decode_impl(frame, out, shape, type, backend, threads); },
+          nb::arg("frame"), nb::arg("out") = nb::none(), nb::kw_only(),
+          nb::arg("shape") = nb::none(), nb::arg("dtype") = nb::none(), nb::arg("backend") = "auto",
+          nb::arg("threads") = 0,
+          "Same as gradcodec.decode (a frame describes itself; the codec is not checked).")
+      .def(
+          "decode_accumulate",
+          [](const codec_spec&, const in_array& frame, const out_array& acc, float alpha,
+             const std::string& backend,
+             int threads) { decode_accumulate_impl(frame, acc, alpha, backend, threads); },
+          nb::arg("frame"), nb::arg("acc"), nb::arg("alpha") = 1.0f, nb::kw_only(),
+          nb::arg("backend") = "auto", nb::arg("threads") = 0,
+          "Same as gradcodec.decode_accumulate.")
+      .def(
+          "peek",
+          [](const codec_spec&, const in_array& frame) {
+            return unwrap(peek(bytes_in(frame, "frame")));
+          },
+          nb::arg("frame"), "Same as gradcodec.peek.")
+      .def_static(
+          "from_frame",
+          [](const in_array& frame) { return spec_of(unwrap(peek(bytes_in(frame, "frame")))); },
+          nb::arg("frame"), "The spec a frame was encoded with, as far as its header records it.");
+
+  nb::class_<frame_header>(m, "FrameInfo",
+                           "A frame header, read by gradcodec.peek (docs/format.md).")
+      .def_ro("version", &frame_header::version)
+      .def_prop_ro("codec", [](const frame_header& h) { return std::string(codec_name(h.codec)); })
+      .def_prop_ro("codec_id", [](const frame_header& h) { return static_cast<int>(h.codec); })
+      .def_prop_ro("dtype", [](const frame_header& h) { return std::string(dtype_name(h.type)); })
+      .def_ro("flags", &frame_header::flags)
+      .def_prop_ro("nonfinite",
+                   [](const frame_header& h) { return (h.flags & flag_nonfinite) != 0; })
+      .def_prop_ro("index64", [](const frame_header& h) { return (h.flags & flag_index64) != 0; })
+      .def_ro("n", &frame_header::n)
+      .def_ro("payload_bytes", &frame_header::payload_bytes)
+      .def_prop_ro("frame_bytes", &frame_header::frame_bytes)
+      .def_ro("count", &frame_header::count)
+      .def_ro("group", &frame_header::group)
+      .def_ro("level", &frame_header::level)
+      .def_ro("mode", &frame_header::mode)
+      .def_ro("param", &frame_header::param)
+      .def_prop_ro("spec", &spec_of, "The spec recorded by the header (as Codec.from_frame).")
+      .def("as_dict", &header_dict, "The header fields as a dict.")
+      .def("__repr__", [](const frame_header& h) {
+        return nb::str("FrameInfo({})").format(nb::repr(header_dict(h)));
+      });
+
+  m.def(
+      "encode",
+      [](nb::handle spec, const in_array& input, std::uint64_t seed, std::uint64_t step,
+         std::uint64_t tensor_id, const std::string& backend, std::optional<std::uint64_t> rows,
+         int threads, nb::object out) {
+        return encode_impl(spec_arg(spec), input, nullptr,
+                           {seed, step, tensor_id, backend, rows, threads, std::move(out)});
+      },
+      nb::arg("spec"), nb::arg("input"), nb::kw_only(), nb::arg("seed") = 0, nb::arg("step") = 0,
+      nb::arg("tensor_id") = 0, nb::arg("backend") = "auto", nb::arg("rows") = nb::none(),
+      nb::arg("threads") = 0, nb::arg("out") = nb::none(),
+      (std::string("encode(spec, input, ...): Codec(spec).encode(input, ...).\n") +
+       kEncodeKwargsDoc)
+          .c_str());
+  m.def(
+      "encode_with_feedback",
+      [](nb::handle spec, const in_array& grad, const out_array& residual, std::uint64_t seed,
+         std::uint64_t step, std::uint64_t tensor_id, const std::string& backend,
+         std::optional<std::uint64_t> rows, int threads, nb::object out) {
+        return encode_impl(spec_arg(spec), grad, &residual,
+                           {seed, step, tensor_id, backend, rows, threads, std::move(out)});
+      },
+      nb::arg("spec"), nb::arg("grad"), nb::arg("residual"), nb::kw_only(), nb::arg("seed") = 0,
+      nb::arg("step") = 0, nb::arg("tensor_id") = 0, nb::arg("backend") = "auto",
+      nb::arg("rows") = nb::none(), nb::arg("threads") = 0, nb::arg("out") = nb::none(),
+      (std::string("Error-feedback encode; residual (any float dtype) is updated in place.\n") +
+       kEncodeKwargsDoc)
+          .c_str());
+  m.def(
+      "encode_bound",
+      [](nb::handle spec, std::uint64_t n, nb::handle type, std::uint64_t rows) {
+        return encode_bound(spec_arg(spec), n, dtype_arg(type), rows);
+      },
+      nb::arg("spec"), nb::arg("n"), nb::arg("dtype") = "f32", nb::arg("rows") = 0,
+      "The most bytes an encode of n elements can write, header included.");
+  m.def("decode", &decode_impl, nb::arg("frame"), nb::arg("out") = nb::none(), nb::kw_only(),
+        nb::arg("shape") = nb::none(), nb::arg("dtype") = nb::none(), nb::arg("backend") = "auto",
+        nb::arg("threads") = 0,
+        "Decodes a whole frame (exactly its frame_bytes long). With out (any writable\n"
+        "float32/float16/bfloat16 array of n elements) the values are written there and out is\n"
+        "returned; otherwise a new numpy array of the given shape (default (n,)) and dtype\n"
+        "(default: the frame's; float32 for bfloat16 frames) is returned.");
+  m.def("decode_accumulate", &decode_accumulate_impl, nb::arg("frame"), nb::arg("acc"),
+        nb::arg("alpha") = 1.0f, nb::kw_only(), nb::arg("backend") = "auto", nb::arg("threads") = 0,
+        "acc += alpha * decode(frame), in place, per element fma(alpha, v, acc) in f32.");
+  m.def(
+      "peek", [](const in_array& frame) { return unwrap(peek(bytes_in(frame, "frame"))); },
+      nb::arg("frame"),
+      "Reads and checks a frame's header (it may be followed by anything); returns FrameInfo.");
+  m.def("sign_majority_vote", &vote_impl, nb::arg("frames"), nb::arg("out") = nb::none(),
+        nb::arg("alpha") = 1.0f, nb::kw_only(), nb::arg("shape") = nb::none(),
+        nb::arg("dtype") = nb::none(),
+        "signSGD majority vote of 'sign' frames: out = alpha * sign(sum of the frames' signs),\n"
+        "0 on a tie, NaN for a bucket whose scale is NaN in any frame. Returns out (a new\n"
+        "numpy array, float32 by default, when out is None).");
+  m.def(
+      "codecs",
+      []() {
+        nb::list l;
+        for (const codec_info& c : all_codecs()) l.append(info_dict(c));
+        return l;
+      },
+      "Every codec with its summary, bits per element, bias and parameters.");
+  m.def(
+      "backend_available",
+      [](const std::string& name) { return backend_available(backend_arg(name)); }, nb::arg("name"),
+      "Whether a backend ('auto', 'reference', 'cpu', 'cuda') is usable here.");
+  m.def(
+      "backends",
+      []() {
+        std::vector<std::string> out;
+        for (backend b : {backend::reference, backend::cpu, backend::cuda})
+          if (backend_available(b)) out.emplace_back(backend_name(b));
+        return out;
+      },
+      "The backends usable in this process.");
+  m.def(
+      "cpu_isa", []() { return std::string(cpu_isa_name(cpu_isa_active())); },
+      "The instruction set the CPU backend uses now: 'scalar', 'avx2' or 'avx512'.");
+  m.def(
+      "cpu_isa_best", []() { return std::string(cpu_isa_name(cpu_isa_best())); },
+      "The best instruction set this build and CPU support.");
+  m.def(
+      "cpu_isa_supported",
+      [](const std::string& name) { return cpu_isa_supported(unwrap(cpu_isa_from_name(name))); },
+      nb::arg("name"), "Whether this build and CPU can run an instruction set.");
+  m.def(
+      "set_cpu_isa",
+      [](const std::string& name) { check(set_cpu_isa(unwrap(cpu_isa_from_name(name)))); },
+      nb::arg("name"), "Selects the CPU backend's instruction set for the whole process.");
+  m.def("cpu_default_threads", &cpu_default_threads,
+        "Threads the CPU backend uses when a call passes threads=0.");
+  m.def("set_cpu_default_threads", &set_cpu_default_threads, nb::arg("threads"),
+        "Sets the CPU backend's default thread count (0: the hardware concurrency).");
+}
+
+}  // namespace gradcodec::python

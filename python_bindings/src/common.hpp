@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! Shared pieces of the Python extension: turning library statuses into gradcodec.Error,
+//! reading arrays (numpy, or anything with __dlpack__ such as torch tensors) as library
+//! views without copying them, and host or device workspace.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gradcodec/gradcodec.hpp"
+
+namespace gradcodec::python {
+
+namespace nb = nanobind;
+
+//! Any array, read-only, any dtype, shape and device (checked by the helpers below).
+using in_array = nb::ndarray<nb::ro>;
+//! Any writable array.
+using out_array = nb::ndarray<>;
+
+//! Raises gradcodec.Error(message, code).
+[[noreturn]] void raise_status(const status& st);
+[[noreturn]] void raise_error(status_code code, const std::string& message);
+
+inline void check(const status& st) {
+  if (!st.ok()) raise_status(st);
+}
+
+template <class T>
+T unwrap(result<T> r) {
+  if (!r.ok()) raise_status(r.error());
+  return std::move(r.value());
+}
+
+//! The spec argument of a function: a Codec or a spec string.
+codec_spec spec_arg(nb::handle spec);
+//! "f32", "float32", numpy.float32, numpy.dtype("float16"), torch.bfloat16, ...
+dtype dtype_arg(nb::handle type);
+backend backend_arg(const std::string& name);
+
+//! Which device the tensors of one call live on; every array of a call must agree.
+struct call_device {
+  int type = 0;  //!< 0 = no tensor seen yet, else a DLPack device type
+  int id = 0;
+
+  //! Records an array's device; CUDA memory needs the CUDA backend (and then selects it).
+  void note(int device_type, int device_id, const char* what, exec_options& opt);
+  [[nodiscard]] bool cuda() const { return type == nb::device::cuda::value; }
+};
+
+//! A gradient view of a read-only array (f32, f16 or bf16, C-contiguous). rows: the matrix
+//! rows for codecs that need a shape; nullopt takes shape[0] of an array with 2+ dims.
+const_tensor_view tensor_in(const in_array& a, const char* what, call_device& dev,
+                            exec_options& opt, std::optional<std::uint64_t> rows = std::nullopt);
+//! A gradient view of a writable array (decode output, accumulator, residual).
+tensor_view tensor_out(const out_array& a, const char* what, call_device& dev, exec_options& opt);
+
+//! The bytes of a frame or state: a 1-D or N-D C-contiguous uint8/int8 host array, or any
+//! object with the buffer protocol (bytes, bytearray, memoryview).
+const_bytes bytes_in(const in_array& a, const char* what);
+//! A buffer to encode into: 1-D (the frame returned is out[:size]), uint8, host memory.
+mutable_bytes bytes_out(const out_array& a, const char* what);
+
+//! f32 host arrays for the PowerSGD phases (any shape, C-contiguous).
+std::span<const float> f32_in(const in_array& a, const char* what);
+std::span<float> f32_out(const out_array& a, const char* what);
+
+//! Scratch for one call: a per-thread host buffer, or device memory from torch for CUDA.
+class workspace {
+ public:
+  workspace(std::size_t size, const call_device& dev);
+  [[nodiscard]] mutable_bytes bytes() const { return bytes_; }
+
+ private:
+  nb::object holder_;
+  mutable_bytes bytes_{};
+};
+
+//! numpy.empty(shape, dtype) and its data pointer.
+nb::object numpy_empty(const std::vector<std::size_t>& shape, const char* numpy_dtype, void** data);
+const char* numpy_dtype_name(dtype t);
+
+void register_codec(nb::module_& m);
+void register_powersgd(nb::module_& m);
+
+}  // namespace gradcodec::python
