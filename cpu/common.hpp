@@ -13,11 +13,16 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "../src/backend.hpp"
+#include "../src/powersgd_kernels.hpp"
+#include "../src/scalar_values.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"
+#include "gradcodec/blocks/pairwise.hpp"
 #include "gradcodec/blocks/philox.hpp"
+#include "gradcodec/powersgd.hpp"
 #include "target.hpp"
 #include "threads.hpp"
 
@@ -26,6 +31,24 @@ namespace gradcodec::cpu {
 //! Elements per parallel task for streaming kernels: large enough to amortise the fork,
 //! small enough to balance 2-3 threads on 2^20 elements.
 inline constexpr std::uint64_t stream_grain = std::uint64_t{1} << 16;
+
+//! Sparse kernels (kernels/sparse-inl.hpp) guess a top-k threshold from a sample of the
+//! input: sample j of s sits at a hashed position in the j-th of s equal strata of [0, n).
+//! The guess only affects speed (candidates are collected again when it is too high); tests
+//! use these two functions to build inputs that defeat it.
+inline std::uint64_t topk_sample_size(std::uint64_t n) {
+  return n < 4096 ? 0 : std::min<std::uint64_t>(n / 8, 16384);
+}
+inline std::uint64_t topk_sample_position(std::uint64_t j, std::uint64_t s, std::uint64_t n) {
+  const std::uint64_t lo = j * n / s, size = (j + 1) * n / s - lo;  // j * n < 2^62
+  std::uint32_t h = static_cast<std::uint32_t>(j) * 0x9E3779B9u;
+  h ^= h >> 16;
+  h *= 0x85EBCA6Bu;
+  h ^= h >> 13;
+  h *= 0xC2B2AE35u;
+  h ^= h >> 16;
+  return lo + blocks::scale_u32(h, size);
+}
 
 inline status too_small() {
   return {status_code::output_too_small, "output buffer too small for the payload"};

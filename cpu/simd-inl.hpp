@@ -393,12 +393,9 @@ inline void vstore_bf16(std::uint16_t* p, vf16 a) {
 //! Loads 16 values of any dtype as f32.
 inline vf16 vload_any(const void* base, dtype t, std::uint64_t i) {
   switch (t) {
-    case dtype::f16:
-      return vload_f16(static_cast<const std::uint16_t*>(base) + i);
-    case dtype::bf16:
-      return vload_bf16(static_cast<const std::uint16_t*>(base) + i);
-    case dtype::f32:
-      break;
+    case dtype::f16: return vload_f16(static_cast<const std::uint16_t*>(base) + i);
+    case dtype::bf16: return vload_bf16(static_cast<const std::uint16_t*>(base) + i);
+    case dtype::f32: break;
   }
   return vload(static_cast<const float*>(base) + i);
 }
@@ -412,14 +409,9 @@ inline vf16 vload_any_n(const void* base, dtype t, std::uint64_t i, unsigned n) 
 //! Stores 16 values in any dtype (rounded to nearest even for f16/bf16).
 inline void vstore_any(void* base, dtype t, std::uint64_t i, vf16 a) {
   switch (t) {
-    case dtype::f16:
-      vstore_f16(static_cast<std::uint16_t*>(base) + i, a);
-      return;
-    case dtype::bf16:
-      vstore_bf16(static_cast<std::uint16_t*>(base) + i, a);
-      return;
-    case dtype::f32:
-      break;
+    case dtype::f16: vstore_f16(static_cast<std::uint16_t*>(base) + i, a); return;
+    case dtype::bf16: vstore_bf16(static_cast<std::uint16_t*>(base) + i, a); return;
+    case dtype::f32: break;
   }
   vstore(static_cast<float*>(base) + i, a);
 }
@@ -432,3 +424,184 @@ inline void vstore_any_n(void* base, dtype t, std::uint64_t i, vf16 a, unsigned 
     vstore_bf16(tmp, a);
   std::memcpy(static_cast<std::uint16_t*>(base) + i, tmp, n * 2u);
 }
+
+// ---- Lane-valued compare and unsigned max (quantizers) --------------------------------
+// vlt_bits gives a < b as a lane value (all ones / zero) instead of a mask16, so kernels can
+// add or mask with it directly: on AVX2 that avoids the mask16 round trip (movemask, then
+// re-expansion in vselect).
+
+#if GRADCODEC_CPU_LEVEL == 2
+inline vu16 vlt_bits(vf16 a, vf16 b) {
+  return {_mm512_movm_epi32(_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ))};
+}
+inline vu16 vmaxu(vu16 a, vu16 b) { return {_mm512_max_epu32(a.v, b.v)}; }
+#elif GRADCODEC_CPU_LEVEL == 1
+inline vu16 vlt_bits(vf16 a, vf16 b) {
+  return {_mm256_castps_si256(_mm256_cmp_ps(a.lo, b.lo, _CMP_LT_OQ)),
+          _mm256_castps_si256(_mm256_cmp_ps(a.hi, b.hi, _CMP_LT_OQ))};
+}
+inline vu16 vmaxu(vu16 a, vu16 b) {
+  return {_mm256_max_epu32(a.lo, b.lo), _mm256_max_epu32(a.hi, b.hi)};
+}
+#else
+inline vu16 vlt_bits(vf16 a, vf16 b) {
+  vu16 r;
+  for (int j = 0; j < 16; ++j) r.v[j] = a.v[j] < b.v[j] ? 0xFFFFFFFFu : 0u;
+  return r;
+}
+inline vu16 vmaxu(vu16 a, vu16 b) {
+  vu16 r;
+  for (int j = 0; j < 16; ++j) r.v[j] = a.v[j] > b.v[j] ? a.v[j] : b.v[j];
+  return r;
+}
+#endif
+
+// ---- Signed compare and ordered compaction (sparse selection) -------------------------
+// vgti compares lanes as signed 32-bit integers: selection keys are below 2^31, where it
+// equals the unsigned order and is one instruction on AVX2. vcompress_store writes the
+// lanes selected by m, in lane order, to p[0..count) and returns count; it may also write
+// p[count..16), so p must have room for 16 values. AVX-512 compresses into a register and
+// stores it whole (a compress with a memory operand is microcoded on Zen 4); AVX2 permutes
+// each half through a 256-entry table.
+
+inline unsigned vpopcount(mask16 m) { return static_cast<unsigned>(__builtin_popcount(m)); }
+
+#if GRADCODEC_CPU_LEVEL == 2
+inline mask16 vgti(vu16 a, vu16 b) { return _mm512_cmpgt_epi32_mask(a.v, b.v); }
+inline unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
+  _mm512_storeu_si512(p, _mm512_maskz_compress_epi32(m, a.v));
+  return vpopcount(m);
+}
+#elif GRADCODEC_CPU_LEVEL == 1
+inline mask16 vgti(vu16 a, vu16 b) {
+  return avx2_mask(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a.lo, b.lo)),
+                   _mm256_castsi256_ps(_mm256_cmpgt_epi32(a.hi, b.hi)));
+}
+//! Entry m: the positions of m's set bits, one byte each, lowest first.
+struct avx2_compress_table {
+  std::uint64_t v[256];
+};
+constexpr avx2_compress_table avx2_make_compress_table() {
+  avx2_compress_table t{};
+  for (unsigned m = 0; m < 256; ++m) {
+    unsigned c = 0;
+    for (unsigned j = 0; j < 8; ++j)
+      if ((m >> j) & 1u) t.v[m] |= static_cast<std::uint64_t>(j) << (8 * c++);
+  }
+  return t;
+}
+inline constexpr avx2_compress_table avx2_compress_lut = avx2_make_compress_table();
+inline __m256i avx2_compress8(__m256i a, unsigned m8) {
+  const __m128i bytes = _mm_cvtsi64_si128(static_cast<long long>(avx2_compress_lut.v[m8]));
+  return _mm256_permutevar8x32_epi32(a, _mm256_cvtepu8_epi32(bytes));
+}
+inline unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
+  const unsigned lo = m & 0xFFu, hi = static_cast<unsigned>(m) >> 8;
+  const unsigned clo = vpopcount(static_cast<mask16>(lo));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), avx2_compress8(a.lo, lo));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + clo), avx2_compress8(a.hi, hi));
+  return clo + vpopcount(static_cast<mask16>(hi));
+}
+#else
+inline mask16 vgti(vu16 a, vu16 b) {
+  unsigned m = 0;
+  for (int j = 0; j < 16; ++j)
+    m |= static_cast<std::int32_t>(a.v[j]) > static_cast<std::int32_t>(b.v[j]) ? 1u << j : 0u;
+  return static_cast<mask16>(m);
+}
+inline unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
+  unsigned c = 0;
+  for (int j = 0; j < 16; ++j)
+    if ((m >> j) & 1u) p[c++] = a.v[j];
+  return c;
+}
+#endif
+
+// ---- Streaming stores (large decode outputs) -------------------------------------------
+// vstream stores 16 f32 values at a 64-byte aligned p, bypassing the caches where the level
+// can (a write-only output larger than the caches then costs no read-for-ownership).
+// Stores made with it are weakly ordered: a task that used it calls vstream_fence() before
+// it ends, so the caller sees the values after the join. Values are those of vstore.
+
+#if GRADCODEC_CPU_LEVEL == 2
+inline void vstream(float* p, vf16 a) { _mm512_stream_ps(p, a.v); }
+inline void vstream_fence() { _mm_sfence(); }
+#elif GRADCODEC_CPU_LEVEL == 1
+inline void vstream(float* p, vf16 a) {
+  _mm256_stream_ps(p, a.lo);
+  _mm256_stream_ps(p + 8, a.hi);
+}
+inline void vstream_fence() { _mm_sfence(); }
+#else
+inline void vstream(float* p, vf16 a) { vstore(p, a); }
+inline void vstream_fence() {}
+#endif
+
+// ---- Loads and stores of a dtype fixed at compile time -------------------------------
+// The same values as vload_any / vstore_any, without the run-time switch: small enough to
+// be inlined into hot loops (GCC does not inline the switching versions there).
+
+template <dtype T>
+inline vf16 vload_typed(const void* base, std::uint64_t i) {
+  if constexpr (T == dtype::f32)
+    return vload(static_cast<const float*>(base) + i);
+  else if constexpr (T == dtype::f16)
+    return vload_f16(static_cast<const std::uint16_t*>(base) + i);
+  else
+    return vload_bf16(static_cast<const std::uint16_t*>(base) + i);
+}
+template <dtype T>
+inline vf16 vload_typed_n(const void* base, std::uint64_t i, unsigned n) {
+  if constexpr (T == dtype::f32)
+    return vload_n(static_cast<const float*>(base) + i, n);
+  else
+    return vload_any_n(base, T, i, n);
+}
+template <dtype T>
+inline void vstore_typed(void* base, std::uint64_t i, vf16 a) {
+  if constexpr (T == dtype::f32)
+    vstore(static_cast<float*>(base) + i, a);
+  else if constexpr (T == dtype::f16)
+    vstore_f16(static_cast<std::uint16_t*>(base) + i, a);
+  else
+    vstore_bf16(static_cast<std::uint16_t*>(base) + i, a);
+}
+template <dtype T>
+inline void vstore_typed_n(void* base, std::uint64_t i, vf16 a, unsigned n) {
+  if constexpr (T == dtype::f32)
+    vstore_n(static_cast<float*>(base) + i, a, n);
+  else
+    vstore_any_n(base, T, i, a, n);
+}
+//! fn.template operator()<T>() for the run-time dtype t.
+template <class Fn>
+inline void with_dtype(dtype t, Fn&& fn) {
+  switch (t) {
+    case dtype::f32: fn.template operator()<dtype::f32>(); break;
+    case dtype::f16: fn.template operator()<dtype::f16>(); break;
+    case dtype::bf16: fn.template operator()<dtype::bf16>(); break;
+  }
+}
+
+// ---- Select by lane-valued mask -----------------------------------------------------
+// vselect_bits(m, a, b): a where lane m is all ones, b where it is zero (the lanes vlt_bits
+// gives; other values are not allowed). Unlike vselect it keeps the mask in a vector
+// register: on AVX2 a mask16 built by vlt and expanded again by vselect goes through a
+// general register (and, with a 16-bit spill, a store-forwarding stall).
+
+#if GRADCODEC_CPU_LEVEL == 2
+inline vf16 vselect_bits(vu16 m, vf16 a, vf16 b) {
+  return {_mm512_mask_blend_ps(_mm512_movepi32_mask(m.v), b.v, a.v)};
+}
+#elif GRADCODEC_CPU_LEVEL == 1
+inline vf16 vselect_bits(vu16 m, vf16 a, vf16 b) {
+  return {_mm256_blendv_ps(b.lo, a.lo, _mm256_castsi256_ps(m.lo)),
+          _mm256_blendv_ps(b.hi, a.hi, _mm256_castsi256_ps(m.hi))};
+}
+#else
+inline vf16 vselect_bits(vu16 m, vf16 a, vf16 b) {
+  vf16 r;
+  for (int j = 0; j < 16; ++j) r.v[j] = m.v[j] != 0 ? a.v[j] : b.v[j];
+  return r;
+}
+#endif

@@ -12,27 +12,19 @@
 #include <vector>
 
 #include "../src/backend.hpp"
+#include "../src/scalar_values.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"
+#include "gradcodec/blocks/pairwise.hpp"
 #include "gradcodec/blocks/philox.hpp"
 
 namespace gradcodec::reference {
 
 inline float load(const_tensor_view v, std::uint64_t i) {
-  switch (v.type) {
-    case dtype::f32: return static_cast<const float*>(v.data)[i];
-    case dtype::f16: return blocks::f16_to_f32(static_cast<const std::uint16_t*>(v.data)[i]);
-    case dtype::bf16: return blocks::bf16_to_f32(static_cast<const std::uint16_t*>(v.data)[i]);
-  }
-  return 0.0f;
+  return detail::load_value(v.data, v.type, i);
 }
-
 inline void store(tensor_view v, std::uint64_t i, float x) {
-  switch (v.type) {
-    case dtype::f32: static_cast<float*>(v.data)[i] = x; break;
-    case dtype::f16: static_cast<std::uint16_t*>(v.data)[i] = blocks::f32_to_f16(x); break;
-    case dtype::bf16: static_cast<std::uint16_t*>(v.data)[i] = blocks::f32_to_bf16(x); break;
-  }
+  detail::store_value(v.data, v.type, i, x);
 }
 
 //! Writes decoded value x at i: plain store, or acc = fma(alpha, x, acc) when accumulating.
@@ -40,29 +32,13 @@ inline void emit(const detail::decode_call& c, std::uint64_t i, float x) {
   store(c.out, i, c.accumulate ? std::fma(c.alpha, x, load(c.out, i)) : x);
 }
 
-//! Stores a value in a wire dtype (f32 / f16 / bf16) at byte offset `at`.
-inline void put_value(std::byte* at, dtype wire, float x) {
-  if (wire == dtype::f32) {
-    std::memcpy(at, &x, 4);
-  } else {
-    const std::uint16_t h = wire == dtype::f16 ? blocks::f32_to_f16(x) : blocks::f32_to_bf16(x);
-    std::memcpy(at, &h, 2);
-  }
-}
-
-inline float get_value(const std::byte* at, dtype wire) {
-  if (wire == dtype::f32) {
-    float x;
-    std::memcpy(&x, at, 4);
-    return x;
-  }
-  std::uint16_t h;
-  std::memcpy(&h, at, 2);
-  return wire == dtype::f16 ? blocks::f16_to_f32(h) : blocks::bf16_to_f32(h);
-}
+using detail::get_value;
+using detail::put_value;
 
 template <class T>
-void put(std::byte* at, T v) { std::memcpy(at, &v, sizeof v); }
+void put(std::byte* at, T v) {
+  std::memcpy(at, &v, sizeof v);
+}
 template <class T>
 T get(const std::byte* at) {
   T v;
@@ -74,7 +50,8 @@ T get(const std::byte* at) {
 template <class Term>
 float chunk_sum(std::uint64_t begin, std::uint64_t len, Term& term) {
   float lane[16] = {};
-  for (std::uint64_t t = 0; t < 256 && begin + t < len; ++t) lane[t % 16] = lane[t % 16] + term(begin + t);
+  for (std::uint64_t t = 0; t < 256 && begin + t < len; ++t)
+    lane[t % 16] = lane[t % 16] + term(begin + t);
   for (int h = 8; h >= 1; h /= 2)
     for (int j = 0; j < h; ++j) lane[j] = lane[j] + lane[j + h];
   return lane[0];
@@ -84,23 +61,9 @@ float chunk_sum(std::uint64_t begin, std::uint64_t len, Term& term) {
 //! with a binary-counter stack (no allocation).
 template <class Term>
 float canonical_sum(std::uint64_t len, Term term) {
-  float partial[64];
-  int height[64];
-  int top = 0;
-  for (std::uint64_t c0 = 0; c0 < len; c0 += 256) {
-    float s = chunk_sum(c0, len, term);
-    int h = 0;
-    while (top > 0 && height[top - 1] == h) {
-      s = partial[--top] + s;
-      ++h;
-    }
-    partial[top] = s;
-    height[top++] = h;
-  }
-  if (top == 0) return 0.0f;
-  float s = partial[--top];
-  while (top > 0) s = partial[--top] + s;
-  return s;
+  blocks::pairwise_sum sum;
+  for (std::uint64_t c0 = 0; c0 < len; c0 += 256) sum.push(chunk_sum(c0, len, term));
+  return sum.total();
 }
 
 //! The power-of-two pre-scale of docs/codecs.md for a group whose largest |v| is m.
@@ -138,19 +101,15 @@ inline std::uint32_t get_bits(const std::byte* stream, std::uint64_t i, std::uin
   return v;
 }
 
-//! k of docs/codecs.md ("Counts").
-inline std::uint64_t count_of(const codec_spec& s, std::uint64_t n) {
-  if (n == 0) return 0;
-  const std::uint64_t k =
-      s.k > 0 ? s.k : std::max<std::uint64_t>(1, static_cast<std::uint64_t>(s.ratio * static_cast<double>(n)));
-  return std::min(k, n);
-}
+using detail::sparse_count;
 
-inline status too_small() { return {status_code::output_too_small, "output buffer too small for the payload"}; }
+inline status too_small() {
+  return {status_code::output_too_small, "output buffer too small for the payload"};
+}
 inline status corrupt(std::string_view why) { return {status_code::corrupt_frame, why}; }
 
 // One declaration per reference codec file (reference/<codec>.cpp).
-#define GRADCODEC_REFERENCE_CODEC(name)                                                     \
+#define GRADCODEC_REFERENCE_CODEC(name)                                                   \
   std::size_t name##_workspace(const codec_spec&, const_tensor_view shape, operation op); \
   status name##_encode(const detail::encode_call& c);                                     \
   status name##_decode(const detail::decode_call& c);

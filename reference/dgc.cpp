@@ -33,7 +33,7 @@ std::size_t dgc_workspace(const codec_spec& spec, const_tensor_view shape, opera
 }
 
 status dgc_encode(const detail::encode_call& c) {
-  const std::uint64_t n = c.in.n, k = count_of(c.spec, n);
+  const std::uint64_t n = c.in.n, k = sparse_count(c.spec, n);
   const blocks::sparse_layout l = sparse::layout_of(c, k);
   if (l.total > c.capacity) return too_small();
   c.hdr.param = static_cast<float>(c.spec.sample);

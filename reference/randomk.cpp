@@ -33,7 +33,7 @@ stratum stratum_of(const blocks::counter_rng& rng, std::uint64_t j, std::uint64_
 std::size_t randomk_workspace(const codec_spec&, const_tensor_view, operation) { return 0; }
 
 status randomk_encode(const detail::encode_call& c) {
-  const std::uint64_t n = c.in.n, k = count_of(c.spec, n);
+  const std::uint64_t n = c.in.n, k = sparse_count(c.spec, n);
   const std::uint64_t vsize = dtype_size(c.wire);
   const blocks::randomk_layout l = blocks::randomk_layout_of(k, vsize);
   if (l.total > c.capacity) return too_small();

@@ -9,11 +9,11 @@ namespace gradcodec::reference {
 std::size_t topk_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
   if (op != operation::encode && op != operation::encode_with_feedback) return 0;
   // An index array for the selection; none when every element is sent.
-  return count_of(spec, shape.n) < shape.n ? shape.n * sizeof(std::uint64_t) : 0;
+  return sparse_count(spec, shape.n) < shape.n ? shape.n * sizeof(std::uint64_t) : 0;
 }
 
 status topk_encode(const detail::encode_call& c) {
-  const std::uint64_t n = c.in.n, k = count_of(c.spec, n);
+  const std::uint64_t n = c.in.n, k = sparse_count(c.spec, n);
   const blocks::sparse_layout l = sparse::layout_of(c, k);
   if (l.total > c.capacity) return too_small();
   for (std::uint64_t i = 0; i < n; ++i)

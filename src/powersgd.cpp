@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! The PowerSGD phase API (docs/codecs.md "powersgd"): plain scalar code, every sum the
-//! canonical sum, so the CPU and CUDA versions can reproduce it bit for bit. Also the
-//! state checkpoint format (docs/format.md "PowerSGD state").
+//! The PowerSGD phase API (docs/codecs.md "powersgd"): argument checks, then the kernels of
+//! src/powersgd_kernels.hpp: the CPU backend's when the library has one, else the plain
+//! scalar code below (every sum the canonical sum), which the CPU and CUDA versions
+//! reproduce bit for bit. Also the state checkpoint format (docs/format.md "PowerSGD state").
 #include "gradcodec/powersgd.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "../reference/common.hpp"
+#include "gradcodec/cpu.hpp"
 #include "gradcodec/frame.hpp"
+#include "powersgd_kernels.hpp"
 
 namespace gradcodec {
 namespace {
@@ -96,6 +100,128 @@ bool all_zero(const std::byte* p, std::uint64_t from, std::uint64_t to) {
 
 status corrupt_state(std::string_view why) { return {status_code::corrupt_frame, why}; }
 
+// --- the scalar kernels ----------------------------------------------------------------
+
+bool scalar_nonfinite_sum(const_tensor_view grad, const float* residual) {
+  for (std::uint64_t k = 0; k < grad.n; ++k) {
+    const float g = reference::load(grad, k);
+    if (!std::isfinite(g) || !std::isfinite(residual[k] + g)) return true;
+  }
+  return false;
+}
+
+void scalar_compute_p(const_tensor_view grad, float* residual, const float* q, float* p,
+                      std::uint64_t rows, std::uint64_t cols, std::uint32_t r) {
+  for (std::uint64_t k = 0; k < grad.n; ++k) residual[k] = residual[k] + reference::load(grad, k);
+  const float* m = residual;
+  for (std::uint64_t i = 0; i < rows; ++i)
+    for (std::uint32_t c = 0; c < r; ++c)
+      p[i * r + c] =
+          canonical_sum(cols, [&](std::uint64_t j) { return m[i * cols + j] * q[j * r + c]; });
+}
+
+void scalar_orthogonalize(float* m, std::uint64_t rows, std::uint32_t r, float eps) {
+  for (std::uint32_t j = 0; j < r; ++j) {
+    // Two projection passes ("twice is enough"): when column j lies (nearly) in the span
+    // of the earlier columns, one pass leaves rounding noise that is far from orthogonal
+    // to them, and normalising that noise would break P-hat P-hat^T as a projection.
+    for (int pass = 0; pass < 2; ++pass) {
+      for (std::uint32_t i = 0; i < j; ++i) {
+        const float d =
+            canonical_sum(rows, [&](std::uint64_t k) { return m[k * r + j] * m[k * r + i]; });
+        for (std::uint64_t k = 0; k < rows; ++k) {
+          const float proj = d * m[k * r + i];
+          m[k * r + j] = m[k * r + j] - proj;
+        }
+      }
+    }
+    const float nrm = std::sqrt(
+        canonical_sum(rows, [&](std::uint64_t k) { return m[k * r + j] * m[k * r + j]; }));
+    const float den = nrm + eps;
+    for (std::uint64_t k = 0; k < rows; ++k) m[k * r + j] = m[k * r + j] / den;
+  }
+}
+
+void scalar_compute_q(const float* m, std::uint64_t rows, std::uint64_t cols, const float* p,
+                      std::uint32_t r, float* q) {
+  for (std::uint64_t j = 0; j < cols; ++j)
+    for (std::uint32_t c = 0; c < r; ++c)
+      q[j * r + c] =
+          canonical_sum(rows, [&](std::uint64_t i) { return m[i * cols + j] * p[i * r + c]; });
+}
+
+void scalar_finish(const float* p, float* q, std::uint64_t rows, std::uint64_t cols,
+                   std::uint32_t r, int world, bool error_feedback, float* residual,
+                   tensor_view out) {
+  const float w = static_cast<float>(world);
+  for (std::uint64_t k = 0; k < cols * r; ++k) q[k] = q[k] / w;
+  for (std::uint64_t i = 0; i < rows; ++i) {
+    for (std::uint64_t j = 0; j < cols; ++j) {
+      const float o =
+          canonical_sum(r, [&](std::uint64_t c) { return p[i * r + c] * q[j * r + c]; });
+      const std::uint64_t k = i * cols + j;
+      residual[k] = error_feedback ? residual[k] - o : 0.0f;
+      reference::store(out, k, o);
+    }
+  }
+}
+
+std::atomic<const detail::powersgd_kernels*>& pinned_kernels() {
+  static std::atomic<const detail::powersgd_kernels*> pinned{nullptr};
+  return pinned;
+}
+
+}  // namespace
+
+#if GRADCODEC_HAVE_CPU_BACKEND
+namespace cpu {
+namespace scalar {
+const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
+}
+namespace avx2 {
+const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
+}
+namespace avx512 {
+const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
+}
+}  // namespace cpu
+#endif
+
+namespace detail {
+
+const powersgd_kernels& powersgd_scalar_kernels() noexcept {
+  static const powersgd_kernels k{"scalar-reference",   scalar_nonfinite_sum, scalar_compute_p,
+                                  scalar_orthogonalize, scalar_compute_q,     scalar_finish};
+  return k;
+}
+
+const powersgd_kernels* powersgd_cpu_kernels() noexcept {
+#if GRADCODEC_HAVE_CPU_BACKEND
+  switch (cpu_isa_active()) {
+    case cpu_isa::avx512: return cpu::avx512::powersgd_phase_kernels();
+    case cpu_isa::avx2: return cpu::avx2::powersgd_phase_kernels();
+    case cpu_isa::scalar: break;
+  }
+  return cpu::scalar::powersgd_phase_kernels();
+#else
+  return nullptr;
+#endif
+}
+
+const powersgd_kernels& powersgd_kernels_in_use() noexcept {
+  if (const powersgd_kernels* k = pinned_kernels().load(std::memory_order_acquire)) return *k;
+  if (const powersgd_kernels* k = powersgd_cpu_kernels()) return *k;
+  return powersgd_scalar_kernels();
+}
+
+void powersgd_pin_kernels(const powersgd_kernels* k) noexcept {
+  pinned_kernels().store(k, std::memory_order_release);
+}
+
+}  // namespace detail
+
+namespace {
+using detail::powersgd_kernels_in_use;
 }  // namespace
 
 bool powersgd_compresses(const codec_spec& spec, std::uint64_t rows, std::uint64_t cols) noexcept {
@@ -118,26 +244,7 @@ status powersgd_orthogonalize(std::span<float> a, std::uint64_t rows, std::uint3
   if (rows > max_elements || r > 64)
     return invalid("powersgd: orthogonalize takes rows <= 2^48, r <= 64");
   if (a.size() != rows * r) return size_error("the matrix to orthogonalize", a.size(), rows * r);
-  float* m = a.data();
-  for (std::uint32_t j = 0; j < r; ++j) {
-    // Two projection passes ("twice is enough"): when column j lies (nearly) in the span
-    // of the earlier columns, one pass leaves rounding noise that is far from orthogonal
-    // to them, and normalising that noise would break P-hat P-hat^T as a projection.
-    for (int pass = 0; pass < 2; ++pass) {
-      for (std::uint32_t i = 0; i < j; ++i) {
-        const float d =
-            canonical_sum(rows, [&](std::uint64_t k) { return m[k * r + j] * m[k * r + i]; });
-        for (std::uint64_t k = 0; k < rows; ++k) {
-          const float proj = d * m[k * r + i];
-          m[k * r + j] = m[k * r + j] - proj;
-        }
-      }
-    }
-    const float nrm = std::sqrt(
-        canonical_sum(rows, [&](std::uint64_t k) { return m[k * r + j] * m[k * r + j]; }));
-    const float den = nrm + eps;
-    for (std::uint64_t k = 0; k < rows; ++k) m[k * r + j] = m[k * r + j] / den;
-  }
+  powersgd_kernels_in_use().orthogonalize(a.data(), rows, r, eps);
   return {};
 }
 
@@ -168,20 +275,11 @@ status powersgd_compute_p(const codec_spec& spec, const_tensor_view grad, std::s
   if (residual.size() != grad.n) return size_error("residual", residual.size(), grad.n);
   if (q.size() != cols * r) return size_error("q", q.size(), cols * r);
   if (p.size() != rows * r) return size_error("p", p.size(), rows * r);
-  if (spec.nonfinite == nonfinite_policy::error) {
-    for (std::uint64_t k = 0; k < grad.n; ++k) {
-      const float g = reference::load(grad, k);
-      if (!std::isfinite(g) || !std::isfinite(residual[k] + g))
-        return {status_code::nonfinite_input,
-                "powersgd: grad + residual holds NaN or Inf (nonfinite=error)"};
-    }
-  }
-  for (std::uint64_t k = 0; k < grad.n; ++k) residual[k] = residual[k] + reference::load(grad, k);
-  const float* m = residual.data();
-  for (std::uint64_t i = 0; i < rows; ++i)
-    for (std::uint32_t c = 0; c < r; ++c)
-      p[i * r + c] =
-          canonical_sum(cols, [&](std::uint64_t j) { return m[i * cols + j] * q[j * r + c]; });
+  const detail::powersgd_kernels& k = powersgd_kernels_in_use();
+  if (spec.nonfinite == nonfinite_policy::error && k.nonfinite_sum(grad, residual.data()))
+    return {status_code::nonfinite_input,
+            "powersgd: grad + residual holds NaN or Inf (nonfinite=error)"};
+  k.compute_p(grad, residual.data(), q.data(), p.data(), rows, cols, r);
   return {};
 }
 
@@ -195,11 +293,7 @@ status powersgd_compute_q(const codec_spec& spec, std::span<float> p,
   if (p.size() != rows * r) return size_error("p", p.size(), rows * r);
   if (q.size() != cols * r) return size_error("q", q.size(), cols * r);
   if (auto st = powersgd_orthogonalize(p, rows, r, spec.eps); !st.ok()) return st;
-  const float* m = residual.data();
-  for (std::uint64_t j = 0; j < cols; ++j)
-    for (std::uint32_t c = 0; c < r; ++c)
-      q[j * r + c] =
-          canonical_sum(rows, [&](std::uint64_t i) { return m[i * cols + j] * p[i * r + c]; });
+  powersgd_kernels_in_use().compute_q(residual.data(), rows, cols, p.data(), r, q.data());
   return {};
 }
 
@@ -215,17 +309,8 @@ status powersgd_finish(const codec_spec& spec, std::span<const float> p, std::sp
   if (p.size() != rows * r) return size_error("p", p.size(), rows * r);
   if (q.size() != cols * r) return size_error("q", q.size(), cols * r);
   if (residual.size() != out.n) return size_error("residual", residual.size(), out.n);
-  const float w = static_cast<float>(world_size);
-  for (float& x : q) x = x / w;
-  for (std::uint64_t i = 0; i < rows; ++i) {
-    for (std::uint64_t j = 0; j < cols; ++j) {
-      const float o =
-          canonical_sum(r, [&](std::uint64_t c) { return p[i * r + c] * q[j * r + c]; });
-      const std::uint64_t k = i * cols + j;
-      residual[k] = error_feedback ? residual[k] - o : 0.0f;
-      reference::store(out, k, o);
-    }
-  }
+  powersgd_kernels_in_use().finish(p.data(), q.data(), rows, cols, r, world_size, error_feedback,
+                                   residual.data(), out);
   return {};
 }
 

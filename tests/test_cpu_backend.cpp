@@ -8,11 +8,12 @@
 #include <string>
 
 #include "gradcodec/cpu.hpp"
+#include "support/backend_compare.hpp"
 #include "support/data.hpp"
 #include "support/specs.hpp"
 
 namespace gc = gradcodec;
-using gc::test::tensor;
+using namespace gc::test;
 
 namespace {
 
@@ -23,13 +24,8 @@ struct param {
 
 std::vector<param> all_params() {
   std::vector<param> out;
-  for (const char* s : gc::test::kSpecs) {
-    const auto id = gc::parse_spec(s).value().id;
-    // Codecs the CPU backend implements so far; the rest run on the reference.
-    if (id != gc::codec_id::fp16 && id != gc::codec_id::bf16) continue;
-    for (auto isa : {gc::cpu_isa::scalar, gc::cpu_isa::avx2, gc::cpu_isa::avx512})
-      if (gc::cpu_isa_supported(isa)) out.push_back({s, isa});
-  }
+  for (const char* s : gc::test::kSpecs)
+    for (auto isa : supported_isas()) out.push_back({s, isa});
   return out;
 }
 
@@ -39,22 +35,6 @@ std::string name_of(const testing::TestParamInfo<param>& p) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return s;
 }
-
-//! A copy of t whose data starts `offset` bytes after a 64-byte boundary.
-struct shifted {
-  std::vector<std::byte> storage;
-  gc::tensor_view v;
-  shifted(const tensor& t, std::size_t offset) : storage(t.bytes.size() + 128) {
-    auto base = reinterpret_cast<std::uintptr_t>(storage.data());
-    auto* p = storage.data() + ((64 - base % 64) % 64) + offset;
-    std::memcpy(p, t.bytes.data(), t.bytes.size());
-    v = {p, t.n, t.type, t.rows};
-  }
-  std::vector<std::byte> bytes() const {
-    auto* p = static_cast<const std::byte*>(v.data);
-    return {p, p + v.n * gc::dtype_size(v.type)};
-  }
-};
 
 class CpuMatchesReference : public testing::TestWithParam<param> {
  protected:
@@ -83,26 +63,32 @@ TEST_P(CpuMatchesReference, BytesAndValuesAreIdentical) {
           SCOPED_TRACE(std::string(gc::dtype_name(type)) + " n=" + std::to_string(n) +
                        " threads=" + std::to_string(threads) + " offset=" + std::to_string(offset));
           shifted in(x, offset);
-          gc::exec_options opt{gc::backend::cpu};
-          opt.threads = threads;
-          std::vector<std::byte> ws(
-              gc::workspace_size(spec, in.v, gc::operation::encode, opt).value());
-          opt.workspace = ws;
-          std::vector<std::byte> got(gc::encode_bound(spec, n, type, rows));
-          auto w = gc::encode(spec, ctx, in.v, got, opt);
-          ASSERT_TRUE(w.ok()) << w.error().message();
-          got.resize(w.value());
+          const auto got = encode_on(spec, ctx, in.v, gc::backend::cpu, threads);
           ASSERT_EQ(got, want.value());
 
           shifted dec(tensor::zeros(n, type, rows), offset), acc(acc0, offset);
-          std::vector<std::byte> dws(1 << 16);
-          opt.workspace = dws;
-          ASSERT_TRUE(gc::decode(got, dec.v, opt).ok());
+          ASSERT_TRUE(decode_into(got, dec.v, false, -0.5f, gc::backend::cpu, threads).ok());
           ASSERT_EQ(dec.bytes(), ref_dec.bytes);
-          ASSERT_TRUE(gc::decode_accumulate(got, acc.v, -0.5f, opt).ok());
+          ASSERT_TRUE(decode_into(got, acc.v, true, -0.5f, gc::backend::cpu, threads).ok());
           ASSERT_EQ(acc.bytes(), ref_acc.bytes);
         }
       }
+    }
+  }
+}
+
+// Fused error feedback (every codec has one on the CPU) gives the frame and the residual of
+// the reference's generic composition, for gradient and residual dtypes alike or mixed.
+TEST_P(CpuMatchesReference, FusedFeedbackEqualsGenericComposition) {
+  const auto spec = gc::parse_spec(GetParam().spec).value();
+  const gc::context ctx{3, 5, 8};
+  for (const auto& [gt, et] : gc::test::kFeedbackTypes) {
+    for (std::uint64_t n : {0ull, 1ull, 7ull, 4097ull, (1ull << 18) + 3}) {
+      const std::uint64_t rows = n == 4097 ? 17 : n == (1ull << 18) + 3 ? 1 : n;
+      const tensor g(gc::test::gaussian(n, n + 2), gt, rows);
+      const tensor e0(gc::test::gaussian(n, n + 3, 0.25f), et, rows);
+      expect_cpu_feedback_matches_reference(spec, ctx, g, e0);
+      if (HasFatalFailure()) return;
     }
   }
 }

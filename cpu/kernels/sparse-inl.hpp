@@ -1,0 +1,560 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! Sparsification codecs (docs/codecs.md "Sparsification"): topk, dgc and threshold on the
+//! selection pieces of select-inl.hpp, and randomk on the vectorised Philox of
+//! philox-inl.hpp. Included inside an ISA namespace after both (see cpu/table-inl.hpp).
+//!
+//! Error feedback (p = g + e, residual = p - decoded) is fused: with an f32 residual the
+//! filter pass stores p in the residual as it reads g and e, and the compaction patches the
+//! sent entries, so g and e are read once. A 16-bit residual cannot hold p exactly until the
+//! selection is known (a collection pass may have to run again from p), so it is written by
+//! a second pass.
+
+__extension__ typedef unsigned __int128 sparse_u128;
+
+using detail::sparse_count;
+
+inline sparse_sink sparse_sink_of(const detail::encode_call& c, const blocks::sparse_layout& pl) {
+  return {c.payload + pl.values_offset, c.payload + pl.index_offset, c.wire,
+          (c.hdr.flags & flag_index64) != 0, nullptr};
+}
+//! Zeroes the payload's padding and fills the header fields every sparse codec sets.
+inline void sparse_finish(const detail::encode_call& c, const blocks::sparse_layout& pl,
+                          std::uint64_t count, bool nonfinite) {
+  std::memset(c.payload + pl.values_bytes, 0, pl.index_offset - pl.values_bytes);
+  std::memset(c.payload + pl.index_offset + pl.index_bytes, 0,
+              pl.total - pl.index_offset - pl.index_bytes);
+  c.hdr.payload_bytes = pl.total;
+  c.hdr.count = count;
+  if (nonfinite) c.hdr.flags |= flag_nonfinite;
+}
+
+//! The f32 residual that holds p after a StoreP filter pass, as a source.
+inline psource residual_source(tensor_view res) { return {res.data, dtype::f32}; }
+
+//! Output offsets when task t writes gt[t] entries of its own (plus take[t], already set).
+inline void sparse_offsets(const sel_space& s) {
+  std::uint64_t at = 0;
+  for (std::uint64_t t = 0; t < s.tasks; ++t) {
+    s.off[t] = at;
+    at += s.gt[t] + s.take[t];
+  }
+}
+
+//! The collection pass of a top-k selection: candidates at `collect`, extra[] counting
+//! key >= extra_at when `extra`; with an f32 residual it also stores p there (see the file
+//! comment). Returns whether any value was non-finite.
+inline bool sparse_collect(const sel_space& s, const psource& src, std::uint32_t collect,
+                           bool extra, std::uint32_t extra_at, tensor_view res) {
+  if (res.data != nullptr && res.type == dtype::f32) {
+    auto* pf = static_cast<float*>(res.data);
+    return extra ? sel_filter<true, true, true>(s, src, collect, extra_at, pf)
+                 : sel_filter<true, false, true>(s, src, collect, extra_at, pf);
+  }
+  return extra ? sel_filter<true, true, false>(s, src, collect, extra_at, nullptr)
+               : sel_filter<true, false, false>(s, src, collect, extra_at, nullptr);
+}
+
+//! After sparse_collect: writes the top k, collecting again at `floor` first when fewer than
+//! k candidates were collected (everything at `floor` must reach k).
+inline void sparse_top_finish(const sel_space& s, const psource& src, std::uint64_t k,
+                              std::uint32_t floor, sparse_sink sink, tensor_view res) {
+  const bool ef = res.data != nullptr, store_p = ef && res.type == dtype::f32;
+  if (sel_sum(s.cnt, s.tasks) < k)
+    sel_filter<true, false, false>(s, store_p ? residual_source(res) : src, floor, 0, nullptr);
+  sink.patch = store_p ? static_cast<float*>(res.data) : nullptr;
+  sel_emit_top(s, k, sink);
+  if (ef && !store_p) sel_residual(s, src, sink, res);
+}
+
+//! Every element sent, in index order (k == n): one pass.
+inline bool sparse_all(const sel_space& s, const psource& src, const sparse_sink& sink,
+                       tensor_view res) {
+  for (std::uint64_t t = 0; t < s.tasks; ++t) {
+    s.gt[t] = s.end(t) - s.begin(t);
+    s.take[t] = 0;
+  }
+  sparse_offsets(s);
+  return res.data ? sel_emit_direct<false, true>(s, src, 0, sink, res)
+                  : sel_emit_direct<false, false>(s, src, 0, sink, res);
+}
+
+// ---- topk ---------------------------------------------------------------------------
+
+inline std::size_t topk_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
+  if (op != operation::encode && op != operation::encode_with_feedback) return 0;
+  const std::uint64_t n = shape.n;
+  return sel_layout_of(n, sparse_count(spec, n) < n, topk_sample_size(n)).total;
+}
+
+//! A key that about k' > k elements reach, k' - k a few standard deviations of the sample
+//! estimate; 0 (everything) for small inputs. Only speed depends on it.
+inline std::uint32_t topk_guess(const sel_space& s, const psource& src, std::uint64_t k,
+                                std::uint32_t* keys) {
+  const std::uint64_t n = s.n, m = topk_sample_size(n);
+  if (m == 0) return 0;
+  const double expect = static_cast<double>(m) * static_cast<double>(k) / static_cast<double>(n);
+  const double rank = std::ceil(expect + 4.0 * std::sqrt(expect) + 4.0);
+  if (rank >= static_cast<double>(m)) return 0;
+  for (std::uint64_t j = 0; j < m; ++j)
+    keys[j] = sel_key(blocks::float_bits(src.load1(topk_sample_position(j, m, n))));
+  return radix_select(s, 1, static_cast<std::uint64_t>(rank),
+                      [&](std::uint64_t, const auto& fn) { fn(keys, m); })
+      .key;
+}
+
+inline status topk_run(const detail::encode_call& c, const psource& src, tensor_view res) {
+  const std::uint64_t n = c.in.n, k = sparse_count(c.spec, n);
+  const blocks::sparse_layout pl =
+      blocks::sparse_layout_of(k, dtype_size(c.wire), (c.hdr.flags & flag_index64) != 0);
+  if (pl.total > c.capacity) return too_small();
+  const sel_layout l = sel_layout_of(n, k < n, topk_sample_size(n));
+  const sel_space s = sel_space_of(l, c.workspace.data(), n, c.threads);
+  const sparse_sink sink = sparse_sink_of(c, pl);
+  bool nonfinite = false;
+  if (k == n) {
+    nonfinite = sparse_all(s, src, sink, res);
+  } else {
+    const std::uint32_t guess = topk_guess(s, src, k, s.sample);
+    nonfinite = sparse_collect(s, src, guess, false, 0, res);
+    sparse_top_finish(s, src, k, 0, sink, res);
+  }
+  sparse_finish(c, pl, k, nonfinite);
+  return {};
+}
+
+inline status topk_encode(const detail::encode_call& c) {
+  return topk_run(c, {c.in.data, c.in.type}, {});
+}
+inline status topk_encode_feedback(const detail::feedback_call& f) {
+  return topk_run(f.enc, {f.enc.in.data, f.enc.in.type, f.residual.data, f.residual.type},
+                  f.residual);
+}
+
+// ---- Sparse decode (topk, dgc, threshold) -----------------------------------------------
+
+inline status sparse_decode(const detail::decode_call& c) {
+  const std::uint64_t n = c.hdr.n, k = c.hdr.count;
+  const bool index64 = (c.hdr.flags & flag_index64) != 0;
+  const dtype wire = c.hdr.type;
+  const std::uint64_t vsize = dtype_size(wire);
+  const blocks::sparse_layout pl = blocks::sparse_layout_of(k, vsize, index64);
+  const std::byte* values = c.payload + pl.values_offset;
+  const std::byte* index = c.payload + pl.index_offset;
+  auto index_at = [&](std::uint64_t j) -> std::uint64_t {
+    if (index64) {
+      std::uint64_t v;
+      std::memcpy(&v, index + j * 8, 8);
+      return v;
+    }
+    std::uint32_t v;
+    std::memcpy(&v, index + j * 4, 4);
+    return v;
+  };
+
+  // Every index below n and strictly above the previous one, before anything is written.
+  const std::uint64_t vt = blocks::ceil_div(k, sel_grain);
+  std::atomic<bool> out_of_range{false}, unordered{false};
+  parallel_for(threads_for(c.threads, vt), vt, [&](std::uint64_t t) {
+    const std::uint64_t j0 = t * sel_grain, j1 = std::min(k, j0 + sel_grain);
+    bool range_ok = true, order_ok = true;
+    std::uint64_t j = j0;
+    if (!index64) {
+      const vu16 nv = vset1u(static_cast<std::uint32_t>(n));  // n < 2^32 without index64
+      if (j == 0 && j < j1) {
+        range_ok = index_at(0) < n;
+        j = 1;
+      }
+      for (; j + 16 <= j1; j += 16) {
+        std::uint32_t cur[16], prev[16];
+        std::memcpy(cur, index + j * 4, 64);
+        std::memcpy(prev, index + (j - 1) * 4, 64);
+        const vu16 a = vload_u(cur);
+        range_ok &= vltu(a, nv) == 0xFFFF;
+        order_ok &= vltu(vload_u(prev), a) == 0xFFFF;
+      }
+    }
+    for (; j < j1; ++j) {
+      const std::uint64_t i = index_at(j);
+      range_ok &= i < n;
+      order_ok &= j == 0 || index_at(j - 1) < i;
+    }
+    if (!range_ok) out_of_range.store(true, std::memory_order_relaxed);
+    if (!order_ok) unordered.store(true, std::memory_order_relaxed);
+  });
+  if (out_of_range.load()) return corrupt("sparse index out of range");
+  if (unordered.load()) return corrupt("sparse indices not strictly ascending");
+
+  const std::uint64_t osize = dtype_size(c.out.type);
+  auto* out = static_cast<std::byte*>(c.out.data);
+  if (c.accumulate) {
+    // Scatter-add: distinct indices, so tasks over entry ranges never touch the same element.
+    const std::uint64_t tasks = blocks::ceil_div(k, std::uint64_t{1} << 14);
+    parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
+      const std::uint64_t j1 = std::min(k, (t + 1) << 14);
+      for (std::uint64_t j = t << 14; j < j1; ++j) {
+        if (j + 64 < j1) __builtin_prefetch(out + index_at(j + 64) * osize, 1);
+        const std::uint64_t i = index_at(j);
+        const float x = get_value(values + j * vsize, wire);
+        store_value(c.out.data, c.out.type, i,
+                    std::fma(c.alpha, x, load_value(c.out.data, c.out.type, i)));
+      }
+    });
+    return {};
+  }
+  // Zero fill and scatter, in blocks small enough to stay in L1 between the two.
+  const std::uint64_t tasks = blocks::ceil_div(n, sel_grain);
+  parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
+    const std::uint64_t b = t * sel_grain, e = std::min(n, b + sel_grain);
+    std::uint64_t lo = 0, hi = k;  // first entry with index >= b
+    while (lo < hi) {
+      const std::uint64_t mid = lo + (hi - lo) / 2;
+      if (index_at(mid) < b)
+        lo = mid + 1;
+      else
+        hi = mid;
+    }
+    std::uint64_t j = lo;
+    for (std::uint64_t sb = b; sb < e; sb += 4096) {
+      const std::uint64_t se = std::min(e, sb + 4096);
+      std::memset(out + sb * osize, 0, (se - sb) * osize);
+      for (std::uint64_t i; j < k && (i = index_at(j)) < se; ++j)
+        store_value(c.out.data, c.out.type, i, get_value(values + j * vsize, wire));
+    }
+  });
+  return {};
+}
+
+inline status topk_decode(const detail::decode_call& c) {
+  // An encoder always sends k >= 1 of n >= 1 elements.
+  if (c.hdr.n > 0 && c.hdr.count == 0) return corrupt("topk frame with no elements");
+  return sparse_decode(c);
+}
+
+// ---- dgc ----------------------------------------------------------------------------
+
+//! s = min(max(1, ceil(sample * n)), n), in double.
+inline std::uint64_t dgc_sample_size(double sample, std::uint64_t n) {
+  const double s = std::ceil(sample * static_cast<double>(n));
+  return std::min(std::max<std::uint64_t>(1, static_cast<std::uint64_t>(s)), n);
+}
+
+inline std::size_t dgc_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
+  if (op != operation::encode && op != operation::encode_with_feedback) return 0;
+  const std::uint64_t n = shape.n;
+  return sel_layout_of(n, true, n == 0 ? 0 : dgc_sample_size(spec.sample, n) + topk_sample_size(n))
+      .total;
+}
+
+inline status dgc_run(const detail::encode_call& c, const psource& src, tensor_view res) {
+  const std::uint64_t n = c.in.n, k = sparse_count(c.spec, n);
+  const blocks::sparse_layout pl =
+      blocks::sparse_layout_of(k, dtype_size(c.wire), (c.hdr.flags & flag_index64) != 0);
+  if (pl.total > c.capacity) return too_small();
+  c.hdr.param = static_cast<float>(c.spec.sample);
+  if (n == 0) {
+    sparse_finish(c, pl, 0, false);
+    return {};
+  }
+  const std::uint64_t m = dgc_sample_size(c.spec.sample, n), stride = n / m;
+  const sel_layout l = sel_layout_of(n, true, m + topk_sample_size(n));
+  const sel_space s = sel_space_of(l, c.workspace.data(), n, c.threads);
+  const sparse_sink sink = sparse_sink_of(c, pl);
+
+  // The strided sample's keys (non-finite values count 0: they must not raise the threshold).
+  const auto rng = blocks::counter_rng::make(c.ctx.seed, c.ctx.step, c.ctx.tensor_id);
+  const std::uint64_t start = blocks::scale_u32(rng.at(blocks::rng_stream::sampling, 0), stride);
+  const std::uint64_t parts = blocks::ceil_div(m, sel_grain);
+  sel_run(s, parts, [&](std::uint64_t p) {
+    for (std::uint64_t j = p * sel_grain; j < std::min(m, (p + 1) * sel_grain); ++j) {
+      const std::uint32_t key = sel_key(blocks::float_bits(src.load1(start + j * stride)));
+      s.sample[j] = key > sel_max_finite_key ? 0u : key;
+    }
+  });
+  auto sample_rank = [&](std::uint64_t rank) {
+    return radix_select(s, parts, rank,
+                        [&](std::uint64_t p, const auto& fn) {
+                          fn(s.sample + p * sel_grain, std::min(sel_grain, m - p * sel_grain));
+                        })
+        .key;
+  };
+  const auto ks_exact = (static_cast<sparse_u128>(k) * m + (n - 1)) / n;  // ceil(k * s / n)
+  const std::uint64_t ks = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(ks_exact));
+  // Rounds 1-3 halve the threshold; only the last one decides between exact top-k (some
+  // round reaches k candidates) and the fill-in fallback, since counts only grow.
+  float t = blocks::bits_float(sample_rank(ks));
+  for (int round = 1; round < 4; ++round) t = t * 0.5f;
+  const std::uint32_t last = blocks::float_bits(t);
+  // Collect at the top-k guess (speed only), never below the last round's threshold.
+  const std::uint32_t collect = std::max(topk_guess(s, src, k, s.sample + m), last);
+
+  const bool nonfinite = sparse_collect(s, src, collect, true, last, res);
+  const std::uint64_t candidates = sel_sum(s.extra, s.tasks);
+  if (candidates >= k) {
+    sparse_top_finish(s, src, k, last, sink, res);
+  } else {
+    // Fallback: every candidate plus the lowest-index other elements, k in all.
+    std::uint64_t fill = k - candidates;
+    for (std::uint64_t t2 = 0; t2 < s.tasks; ++t2) {
+      s.gt[t2] = s.extra[t2];
+      s.take[t2] = std::min(fill, s.end(t2) - s.begin(t2) - s.extra[t2]);
+      fill -= s.take[t2];
+    }
+    sparse_offsets(s);
+    const bool store_p = res.data != nullptr && res.type == dtype::f32;
+    const psource again = store_p ? residual_source(res) : src;
+    if (res.data)
+      sel_emit_direct<true, true>(s, again, last, sink, res);
+    else
+      sel_emit_direct<true, false>(s, again, last, sink, res);
+  }
+  sparse_finish(c, pl, k, nonfinite);
+  return {};
+}
+
+inline status dgc_encode(const detail::encode_call& c) {
+  return dgc_run(c, {c.in.data, c.in.type}, {});
+}
+inline status dgc_encode_feedback(const detail::feedback_call& f) {
+  return dgc_run(f.enc, {f.enc.in.data, f.enc.in.type, f.residual.data, f.residual.type},
+                 f.residual);
+}
+inline status dgc_decode(const detail::decode_call& c) {
+  if (c.hdr.n > 0 && c.hdr.count == 0) return corrupt("dgc frame with no elements");
+  return sparse_decode(c);
+}
+
+// ---- threshold ----------------------------------------------------------------------
+
+inline std::size_t threshold_workspace(const codec_spec& spec, const_tensor_view shape,
+                                       operation op) {
+  if (op != operation::encode && op != operation::encode_with_feedback) return 0;
+  return sel_layout_of(shape.n, spec.cap > 0 && spec.cap < shape.n, 0).total;
+}
+
+inline status threshold_run(const detail::encode_call& c, const psource& src, tensor_view res) {
+  const std::uint64_t n = c.in.n, cap = c.spec.cap;
+  const float tau = c.spec.tau;
+  // |v| >= tau or non-finite  <=>  key >= the bits of |tau| (tau is finite, maybe -0.0).
+  const std::uint32_t at = blocks::float_bits(tau) & 0x7FFFFFFFu;
+  const sel_layout l = sel_layout_of(n, cap > 0 && cap < n, 0);
+  const sel_space s = sel_space_of(l, c.workspace.data(), n, c.threads);
+  // Count first: the frame size depends on it, and nothing is written before the capacity
+  // check (the residual included).
+  const bool nonfinite = sel_filter<false, false, false>(s, src, at, 0, nullptr);
+  const std::uint64_t kept_all = sel_sum(s.cnt, s.tasks);
+  const bool capped = cap > 0 && kept_all > cap;
+  const std::uint64_t m = capped ? cap : kept_all;
+  const blocks::sparse_layout pl =
+      blocks::sparse_layout_of(m, dtype_size(c.wire), (c.hdr.flags & flag_index64) != 0);
+  if (pl.total > c.capacity) return too_small();
+  c.hdr.param = tau;
+  const sparse_sink sink = sparse_sink_of(c, pl);
+  if (!capped) {
+    for (std::uint64_t t = 0; t < s.tasks; ++t) {
+      s.gt[t] = s.cnt[t];
+      s.take[t] = 0;
+    }
+    sparse_offsets(s);
+    if (res.data)
+      sel_emit_direct<false, true>(s, src, at, sink, res);
+    else
+      sel_emit_direct<false, false>(s, src, at, sink, res);
+  } else {
+    sparse_collect(s, src, at, false, 0, res);
+    sparse_top_finish(s, src, m, at, sink, res);
+  }
+  sparse_finish(c, pl, m, nonfinite);
+  return {};
+}
+
+inline status threshold_encode(const detail::encode_call& c) {
+  return threshold_run(c, {c.in.data, c.in.type}, {});
+}
+inline status threshold_encode_feedback(const detail::feedback_call& f) {
+  return threshold_run(f.enc, {f.enc.in.data, f.enc.in.type, f.residual.data, f.residual.type},
+                       f.residual);
+}
+inline status threshold_decode(const detail::decode_call& c) { return sparse_decode(c); }
+
+// ---- randomk ------------------------------------------------------------------------
+
+//! Stratum bounds lo_j = floor(j * n / k), walked incrementally (n = q * k + r): one 128-bit
+//! division per task instead of one per stratum.
+struct strata_walk {
+  std::uint64_t n, k, q, r, lo = 0, rem = 0;
+  strata_walk(std::uint64_t n_, std::uint64_t k_, std::uint64_t j)
+      : n(n_), k(k_), q(n_ / k_), r(n_ % k_) {
+    const sparse_u128 p = static_cast<sparse_u128>(j) * n;
+    lo = static_cast<std::uint64_t>(p / k);
+    rem = static_cast<std::uint64_t>(p % k);
+  }
+  void next() {
+    lo += q;
+    rem += r;
+    if (rem >= k) {
+      rem -= k;
+      ++lo;
+    }
+  }
+};
+
+//! Up to 64 consecutive strata: the chosen index and size of each, and the elements they
+//! cover, [first, end).
+struct strata_batch {
+  unsigned count;
+  std::uint64_t first, end;
+  std::uint64_t index[64], size[64];
+};
+
+//! Strata [j0, j1) in batches of 64 (j0 a multiple of 16, for philox16): fn(batch) for
+//! each. The next batch is drawn, and touch(index) called for its indices (a prefetch),
+//! before fn runs on the current one, so the memory accesses overlap the work.
+template <class Touch, class Fn>
+inline void randomk_strata(const philox16_gen& g, std::uint64_t n, std::uint64_t k,
+                           std::uint64_t j0, std::uint64_t j1, const Touch& touch, const Fn& fn) {
+  strata_walk w(n, k, j0);
+  strata_batch batch[2];
+  auto draw = [&](strata_batch& bt, std::uint64_t j) {
+    bt.count = j1 - j >= 64 ? 64u : static_cast<unsigned>(j1 - j);
+    bt.first = w.lo;
+    std::uint32_t rnd[64];
+    for (unsigned q = 0; q < bt.count; q += 16) vstore_u(rnd + q, philox16(g, j + q));
+    for (unsigned l = 0; l < bt.count; ++l) {
+      const std::uint64_t lo = w.lo;
+      w.next();
+      bt.size[l] = w.lo - lo;
+      bt.index[l] = lo + blocks::scale_u32(rnd[l], bt.size[l]);
+      touch(bt.index[l]);
+    }
+    bt.end = w.lo;
+  };
+  unsigned cur = 0;
+  if (j0 < j1) draw(batch[0], j0);
+  for (std::uint64_t j = j0; j < j1; j += 64) {
+    if (j + 64 < j1) draw(batch[cur ^ 1u], j + 64);
+    fn(batch[cur]);
+    cur ^= 1u;
+  }
+}
+
+//! Strata per task: a multiple of 16 covering about sel_grain elements (decode and error
+//! feedback stream their elements) or 4096 strata (encode reads only the sent values).
+inline std::uint64_t randomk_task_strata(std::uint64_t n, std::uint64_t k, bool streams) {
+  if (!streams || n == 0) return 4096;
+  const auto want = static_cast<std::uint64_t>(static_cast<sparse_u128>(k) * sel_grain / n);
+  return std::max<std::uint64_t>(16, want / 16 * 16);
+}
+
+inline std::size_t randomk_workspace(const codec_spec&, const_tensor_view, operation) { return 0; }
+
+inline status randomk_run(const detail::encode_call& c, const psource& source, tensor_view res) {
+  const std::uint64_t n = c.in.n, k = sparse_count(c.spec, n);
+  const dtype wire = c.wire;
+  const std::uint64_t vsize = dtype_size(wire);
+  const blocks::randomk_layout l = blocks::randomk_layout_of(k, vsize);
+  if (l.total > c.capacity) return too_small();
+  const auto rng = blocks::counter_rng::make(c.ctx.seed, c.ctx.step, c.ctx.tensor_id);
+  const std::uint32_t key[4] = {rng.key.k0, rng.key.k1, rng.step_lo, rng.tensor_lo};
+  std::memcpy(c.payload + l.key_offset, key, 16);
+  std::byte* values = c.payload + l.values_offset;
+  std::memset(values + k * vsize, 0, l.total - l.values_offset - k * vsize);
+  const bool unbiased = c.spec.unbiased;
+  const philox16_gen g = philox16_make(rng, blocks::rng_stream::selection);
+  const std::uint64_t per = randomk_task_strata(n, k, res.data != nullptr);
+  const std::uint64_t tasks = blocks::ceil_div(k, per);
+  // Prefetch targets of the sent values: the input, and the residual under feedback.
+  const auto* gp = static_cast<const char*>(source.g);
+  const auto* ep = static_cast<const char*>(source.e);
+  const std::uint64_t gs = dtype_size(source.tg), es = dtype_size(source.te);
+  auto touch = [&](std::uint64_t i) {
+    __builtin_prefetch(gp + i * gs);
+    if (ep) __builtin_prefetch(ep + i * es);
+  };
+  std::atomic<bool> bad{false};
+  visit_source(source, [&](const auto& src) {
+    parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
+      const std::uint64_t j0 = t * per, j1 = std::min(k, j0 + per);
+      bool nonfinite = false;
+      std::uint64_t j = j0;
+      randomk_strata(g, n, k, j0, j1, touch, [&](const strata_batch& bt) {
+        float resid[64];
+        for (unsigned q = 0; q < bt.count; ++q, ++j) {
+          const float v = src.load1(bt.index[q]);
+          nonfinite |= !std::isfinite(v);
+          const float x = unbiased ? v * static_cast<float>(bt.size[q]) : v;
+          put_value(values + j * vsize, wire, x);
+          resid[q] = v - wire_roundtrip(x, wire);
+        }
+        if (!res.data) return;
+        // The residual of the batch's elements: p, and p - decoded at the sent ones.
+        unsigned q = 0;
+        for (std::uint64_t i = bt.first; i < bt.end; i += 16) {
+          const unsigned r = bt.end - i >= 16 ? 16u : static_cast<unsigned>(bt.end - i);
+          vf16 p = r == 16 ? src.load(i) : src.load_n(i, r);
+          if (q < bt.count && bt.index[q] < i + r) {
+            float lanes[16];
+            vstore(lanes, p);
+            for (; q < bt.count && bt.index[q] < i + r; ++q) lanes[bt.index[q] - i] = resid[q];
+            p = vload(lanes);
+          }
+          if (r == 16)
+            vstore_any(res.data, res.type, i, p);
+          else
+            vstore_any_n(res.data, res.type, i, p, r);
+        }
+      });
+      if (nonfinite) bad.store(true, std::memory_order_relaxed);
+    });
+  });
+  c.hdr.count = k;
+  if (unbiased) c.hdr.mode |= mode_unbiased;
+  if (bad.load()) c.hdr.flags |= flag_nonfinite;
+  c.hdr.payload_bytes = l.total;
+  return {};
+}
+
+inline status randomk_encode(const detail::encode_call& c) {
+  return randomk_run(c, {c.in.data, c.in.type}, {});
+}
+inline status randomk_encode_feedback(const detail::feedback_call& f) {
+  return randomk_run(f.enc, {f.enc.in.data, f.enc.in.type, f.residual.data, f.residual.type},
+                     f.residual);
+}
+
+inline status randomk_decode(const detail::decode_call& c) {
+  const std::uint64_t n = c.hdr.n, k = c.hdr.count;
+  if (n > 0 && k == 0) return corrupt("randomk frame with no elements");
+  const dtype wire = c.hdr.type;
+  const std::uint64_t vsize = dtype_size(wire), osize = dtype_size(c.out.type);
+  const blocks::randomk_layout l = blocks::randomk_layout_of(k, vsize);
+  std::uint32_t key[4];
+  std::memcpy(key, c.payload + l.key_offset, 16);
+  blocks::counter_rng rng{};
+  rng.key.k0 = key[0];
+  rng.key.k1 = key[1];
+  rng.step_lo = key[2];
+  rng.tensor_lo = key[3];
+  const std::byte* values = c.payload + l.values_offset;
+  auto* out = static_cast<std::byte*>(c.out.data);
+  const philox16_gen g = philox16_make(rng, blocks::rng_stream::selection);
+  const std::uint64_t per = randomk_task_strata(n, k, !c.accumulate);
+  const std::uint64_t tasks = blocks::ceil_div(k, per);
+  auto touch = [&](std::uint64_t i) {
+    if (c.accumulate) __builtin_prefetch(out + i * osize, 1);
+  };
+  parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
+    const std::uint64_t j0 = t * per, j1 = std::min(k, j0 + per);
+    std::uint64_t j = j0;
+    randomk_strata(g, n, k, j0, j1, touch, [&](const strata_batch& bt) {
+      if (!c.accumulate) std::memset(out + bt.first * osize, 0, (bt.end - bt.first) * osize);
+      for (unsigned q = 0; q < bt.count; ++q, ++j) {
+        const float x = get_value(values + j * vsize, wire);
+        const std::uint64_t i = bt.index[q];
+        store_value(c.out.data, c.out.type, i,
+                    c.accumulate ? std::fma(c.alpha, x, load_value(c.out.data, c.out.type, i)) : x);
+      }
+    });
+  });
+  return {};
+}
