@@ -17,56 +17,68 @@ struct vu16 {
   __m512i v;
 };
 
-inline vf16 vload(const float* p) { return {_mm512_loadu_ps(p)}; }
-inline vf16 vload_n(const float* p, unsigned n) {
+GRADCODEC_VINLINE vf16 vload(const float* p) { return {_mm512_loadu_ps(p)}; }
+GRADCODEC_VINLINE vf16 vload_n(const float* p, unsigned n) {
   return {_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p)};
 }
-inline void vstore(float* p, vf16 a) { _mm512_storeu_ps(p, a.v); }
-inline void vstore_n(float* p, vf16 a, unsigned n) {
+GRADCODEC_VINLINE void vstore(float* p, vf16 a) { _mm512_storeu_ps(p, a.v); }
+GRADCODEC_VINLINE void vstore_n(float* p, vf16 a, unsigned n) {
   _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), a.v);
 }
-inline vu16 vload_u(const std::uint32_t* p) { return {_mm512_loadu_si512(p)}; }
-inline void vstore_u(std::uint32_t* p, vu16 a) { _mm512_storeu_si512(p, a.v); }
-inline vf16 vset1(float x) { return {_mm512_set1_ps(x)}; }
-inline vu16 vset1u(std::uint32_t x) { return {_mm512_set1_epi32(static_cast<int>(x))}; }
-inline vf16 vzero() { return {_mm512_setzero_ps()}; }
-inline vf16 operator+(vf16 a, vf16 b) { return {_mm512_add_ps(a.v, b.v)}; }
-inline vf16 operator-(vf16 a, vf16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
-inline vf16 operator*(vf16 a, vf16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
-inline vf16 operator/(vf16 a, vf16 b) { return {_mm512_div_ps(a.v, b.v)}; }
-inline vf16 vsqrt(vf16 a) { return {_mm512_sqrt_ps(a.v)}; }
-inline vf16 vfma(vf16 a, vf16 b, vf16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
-inline vf16 vmin(vf16 a, vf16 b) { return {_mm512_min_ps(a.v, b.v)}; }  // finite inputs only
-inline vf16 vmax(vf16 a, vf16 b) { return {_mm512_max_ps(a.v, b.v)}; }  // finite inputs only
-inline vf16 vfloor(vf16 a) {
+GRADCODEC_VINLINE vu16 vload_u(const std::uint32_t* p) { return {_mm512_loadu_si512(p)}; }
+GRADCODEC_VINLINE void vstore_u(std::uint32_t* p, vu16 a) { _mm512_storeu_si512(p, a.v); }
+GRADCODEC_VINLINE vf16 vset1(float x) { return {_mm512_set1_ps(x)}; }
+GRADCODEC_VINLINE vu16 vset1u(std::uint32_t x) { return {_mm512_set1_epi32(static_cast<int>(x))}; }
+GRADCODEC_VINLINE vf16 vzero() { return {_mm512_setzero_ps()}; }
+GRADCODEC_VINLINE vf16 operator+(vf16 a, vf16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+GRADCODEC_VINLINE vf16 operator-(vf16 a, vf16 b) { return {_mm512_sub_ps(a.v, b.v)}; }
+GRADCODEC_VINLINE vf16 operator*(vf16 a, vf16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
+GRADCODEC_VINLINE vf16 operator/(vf16 a, vf16 b) { return {_mm512_div_ps(a.v, b.v)}; }
+GRADCODEC_VINLINE vf16 vsqrt(vf16 a) { return {_mm512_sqrt_ps(a.v)}; }
+GRADCODEC_VINLINE vf16 vfma(vf16 a, vf16 b, vf16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
+GRADCODEC_VINLINE vf16 vmin(vf16 a, vf16 b) {
+  return {_mm512_min_ps(a.v, b.v)};
+}  // finite inputs only
+GRADCODEC_VINLINE vf16 vmax(vf16 a, vf16 b) {
+  return {_mm512_max_ps(a.v, b.v)};
+}  // finite inputs only
+GRADCODEC_VINLINE vf16 vfloor(vf16 a) {
   return {_mm512_roundscale_ps(a.v, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)};
 }
-inline vu16 vbits(vf16 a) { return {_mm512_castps_si512(a.v)}; }
-inline vf16 vfrombits(vu16 a) { return {_mm512_castsi512_ps(a.v)}; }
-inline mask16 vlt(vf16 a, vf16 b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ); }
-inline mask16 vle(vf16 a, vf16 b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LE_OQ); }
-inline mask16 veq(vf16 a, vf16 b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ); }
-inline vf16 vselect(mask16 m, vf16 a, vf16 b) { return {_mm512_mask_blend_ps(m, b.v, a.v)}; }
-inline vu16 vselectu(mask16 m, vu16 a, vu16 b) { return {_mm512_mask_blend_epi32(m, b.v, a.v)}; }
-inline vu16 operator+(vu16 a, vu16 b) { return {_mm512_add_epi32(a.v, b.v)}; }
-inline vu16 operator-(vu16 a, vu16 b) { return {_mm512_sub_epi32(a.v, b.v)}; }
-inline vu16 operator&(vu16 a, vu16 b) { return {_mm512_and_si512(a.v, b.v)}; }
-inline vu16 operator|(vu16 a, vu16 b) { return {_mm512_or_si512(a.v, b.v)}; }
-inline vu16 operator^(vu16 a, vu16 b) { return {_mm512_xor_si512(a.v, b.v)}; }
-inline vu16 vshl(vu16 a, unsigned s) {
+GRADCODEC_VINLINE vu16 vbits(vf16 a) { return {_mm512_castps_si512(a.v)}; }
+GRADCODEC_VINLINE vf16 vfrombits(vu16 a) { return {_mm512_castsi512_ps(a.v)}; }
+GRADCODEC_VINLINE mask16 vlt(vf16 a, vf16 b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ); }
+GRADCODEC_VINLINE mask16 vle(vf16 a, vf16 b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LE_OQ); }
+GRADCODEC_VINLINE mask16 veq(vf16 a, vf16 b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ); }
+GRADCODEC_VINLINE vf16 vselect(mask16 m, vf16 a, vf16 b) {
+  return {_mm512_mask_blend_ps(m, b.v, a.v)};
+}
+GRADCODEC_VINLINE vu16 vselectu(mask16 m, vu16 a, vu16 b) {
+  return {_mm512_mask_blend_epi32(m, b.v, a.v)};
+}
+GRADCODEC_VINLINE vu16 operator+(vu16 a, vu16 b) { return {_mm512_add_epi32(a.v, b.v)}; }
+GRADCODEC_VINLINE vu16 operator-(vu16 a, vu16 b) { return {_mm512_sub_epi32(a.v, b.v)}; }
+GRADCODEC_VINLINE vu16 operator&(vu16 a, vu16 b) { return {_mm512_and_si512(a.v, b.v)}; }
+GRADCODEC_VINLINE vu16 operator|(vu16 a, vu16 b) { return {_mm512_or_si512(a.v, b.v)}; }
+GRADCODEC_VINLINE vu16 operator^(vu16 a, vu16 b) { return {_mm512_xor_si512(a.v, b.v)}; }
+GRADCODEC_VINLINE vu16 vshl(vu16 a, unsigned s) {
   return {_mm512_sll_epi32(a.v, _mm_cvtsi32_si128(static_cast<int>(s)))};
 }
-inline vu16 vshr(vu16 a, unsigned s) {
+GRADCODEC_VINLINE vu16 vshr(vu16 a, unsigned s) {
   return {_mm512_srl_epi32(a.v, _mm_cvtsi32_si128(static_cast<int>(s)))};
 }
-inline vu16 vminu(vu16 a, vu16 b) { return {_mm512_min_epu32(a.v, b.v)}; }
-inline mask16 vltu(vu16 a, vu16 b) { return _mm512_cmp_epu32_mask(a.v, b.v, _MM_CMPINT_LT); }
-inline mask16 vequ(vu16 a, vu16 b) { return _mm512_cmp_epu32_mask(a.v, b.v, _MM_CMPINT_EQ); }
+GRADCODEC_VINLINE vu16 vminu(vu16 a, vu16 b) { return {_mm512_min_epu32(a.v, b.v)}; }
+GRADCODEC_VINLINE mask16 vltu(vu16 a, vu16 b) {
+  return _mm512_cmp_epu32_mask(a.v, b.v, _MM_CMPINT_LT);
+}
+GRADCODEC_VINLINE mask16 vequ(vu16 a, vu16 b) {
+  return _mm512_cmp_epu32_mask(a.v, b.v, _MM_CMPINT_EQ);
+}
 //! Truncating conversion of values in [0, 2^31).
-inline vu16 vtrunc_u(vf16 a) { return {_mm512_cvttps_epi32(a.v)}; }
-inline vf16 vto_f(vu16 a) { return {_mm512_cvtepi32_ps(a.v)}; }  // values < 2^31
+GRADCODEC_VINLINE vu16 vtrunc_u(vf16 a) { return {_mm512_cvttps_epi32(a.v)}; }
+GRADCODEC_VINLINE vf16 vto_f(vu16 a) { return {_mm512_cvtepi32_ps(a.v)}; }  // values < 2^31
 //! Lane j + lane j+h for h = 8, 4, 2, 1: the canonical fold.
-inline float vfold(vf16 a) {
+GRADCODEC_VINLINE float vfold(vf16 a) {
   __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(a.v),
                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a.v), 1)));
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
@@ -74,17 +86,17 @@ inline float vfold(vf16 a) {
   __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
   return _mm_cvtss_f32(s1);
 }
-inline vf16 vload_f16(const std::uint16_t* p) {
+GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) {
   return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }
-inline void vstore_f16(std::uint16_t* p, vf16 a) {
+GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                       _mm512_cvtps_ph(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-inline vu16 vload_u16(const std::uint16_t* p) {
+GRADCODEC_VINLINE vu16 vload_u16(const std::uint16_t* p) {
   return {_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }
-inline void vstore_u16(std::uint16_t* p, vu16 a) {
+GRADCODEC_VINLINE void vstore_u16(std::uint16_t* p, vu16 a) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(a.v));
 }
 #elif GRADCODEC_CPU_LEVEL == 1
@@ -95,38 +107,40 @@ struct vu16 {
   __m256i lo, hi;
 };
 
-inline __m256i avx2_tail_mask(unsigned n) {
+GRADCODEC_VINLINE __m256i avx2_tail_mask(unsigned n) {
   const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), idx);
 }
-inline vf16 vload(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
-inline vf16 vload_n(const float* p, unsigned n) {
+GRADCODEC_VINLINE vf16 vload(const float* p) {
+  return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+}
+GRADCODEC_VINLINE vf16 vload_n(const float* p, unsigned n) {
   return {_mm256_maskload_ps(p, avx2_tail_mask(n)),
           _mm256_maskload_ps(p + 8, avx2_tail_mask(n > 8 ? n - 8 : 0))};
 }
-inline void vstore(float* p, vf16 a) {
+GRADCODEC_VINLINE void vstore(float* p, vf16 a) {
   _mm256_storeu_ps(p, a.lo);
   _mm256_storeu_ps(p + 8, a.hi);
 }
-inline void vstore_n(float* p, vf16 a, unsigned n) {
+GRADCODEC_VINLINE void vstore_n(float* p, vf16 a, unsigned n) {
   _mm256_maskstore_ps(p, avx2_tail_mask(n), a.lo);
   _mm256_maskstore_ps(p + 8, avx2_tail_mask(n > 8 ? n - 8 : 0), a.hi);
 }
-inline vu16 vload_u(const std::uint32_t* p) {
+GRADCODEC_VINLINE vu16 vload_u(const std::uint32_t* p) {
   return {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)),
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 8))};
 }
-inline void vstore_u(std::uint32_t* p, vu16 a) {
+GRADCODEC_VINLINE void vstore_u(std::uint32_t* p, vu16 a) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a.lo);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + 8), a.hi);
 }
-inline vf16 vset1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
-inline vu16 vset1u(std::uint32_t x) {
+GRADCODEC_VINLINE vf16 vset1(float x) { return {_mm256_set1_ps(x), _mm256_set1_ps(x)}; }
+GRADCODEC_VINLINE vu16 vset1u(std::uint32_t x) {
   return {_mm256_set1_epi32(static_cast<int>(x)), _mm256_set1_epi32(static_cast<int>(x))};
 }
-inline vf16 vzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+GRADCODEC_VINLINE vf16 vzero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 #define GRADCODEC_V2(name, op) \
-  inline vf16 name(vf16 a, vf16 b) { return {op(a.lo, b.lo), op(a.hi, b.hi)}; }
+  GRADCODEC_VINLINE vf16 name(vf16 a, vf16 b) { return {op(a.lo, b.lo), op(a.hi, b.hi)}; }
 GRADCODEC_V2(operator+, _mm256_add_ps)
 GRADCODEC_V2(operator-, _mm256_sub_ps)
 GRADCODEC_V2(operator*, _mm256_mul_ps)
@@ -135,7 +149,7 @@ GRADCODEC_V2(vmin, _mm256_min_ps)
 GRADCODEC_V2(vmax, _mm256_max_ps)
 #undef GRADCODEC_V2
 #define GRADCODEC_U2(name, op) \
-  inline vu16 name(vu16 a, vu16 b) { return {op(a.lo, b.lo), op(a.hi, b.hi)}; }
+  GRADCODEC_VINLINE vu16 name(vu16 a, vu16 b) { return {op(a.lo, b.lo), op(a.hi, b.hi)}; }
 GRADCODEC_U2(operator+, _mm256_add_epi32)
 GRADCODEC_U2(operator-, _mm256_sub_epi32)
 GRADCODEC_U2(operator&, _mm256_and_si256)
@@ -143,79 +157,87 @@ GRADCODEC_U2(operator|, _mm256_or_si256)
 GRADCODEC_U2(operator^, _mm256_xor_si256)
 GRADCODEC_U2(vminu, _mm256_min_epu32)
 #undef GRADCODEC_U2
-inline vf16 vsqrt(vf16 a) { return {_mm256_sqrt_ps(a.lo), _mm256_sqrt_ps(a.hi)}; }
-inline vf16 vfma(vf16 a, vf16 b, vf16 c) {
+GRADCODEC_VINLINE vf16 vsqrt(vf16 a) { return {_mm256_sqrt_ps(a.lo), _mm256_sqrt_ps(a.hi)}; }
+GRADCODEC_VINLINE vf16 vfma(vf16 a, vf16 b, vf16 c) {
   return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
 }
-inline vf16 vfloor(vf16 a) { return {_mm256_floor_ps(a.lo), _mm256_floor_ps(a.hi)}; }
-inline vu16 vbits(vf16 a) { return {_mm256_castps_si256(a.lo), _mm256_castps_si256(a.hi)}; }
-inline vf16 vfrombits(vu16 a) { return {_mm256_castsi256_ps(a.lo), _mm256_castsi256_ps(a.hi)}; }
-inline mask16 avx2_mask(__m256 lo, __m256 hi) {
+GRADCODEC_VINLINE vf16 vfloor(vf16 a) { return {_mm256_floor_ps(a.lo), _mm256_floor_ps(a.hi)}; }
+GRADCODEC_VINLINE vu16 vbits(vf16 a) {
+  return {_mm256_castps_si256(a.lo), _mm256_castps_si256(a.hi)};
+}
+GRADCODEC_VINLINE vf16 vfrombits(vu16 a) {
+  return {_mm256_castsi256_ps(a.lo), _mm256_castsi256_ps(a.hi)};
+}
+GRADCODEC_VINLINE mask16 avx2_mask(__m256 lo, __m256 hi) {
   return static_cast<mask16>(static_cast<unsigned>(_mm256_movemask_ps(lo)) |
                              (static_cast<unsigned>(_mm256_movemask_ps(hi)) << 8));
 }
-inline mask16 vlt(vf16 a, vf16 b) {
+GRADCODEC_VINLINE mask16 vlt(vf16 a, vf16 b) {
   return avx2_mask(_mm256_cmp_ps(a.lo, b.lo, _CMP_LT_OQ), _mm256_cmp_ps(a.hi, b.hi, _CMP_LT_OQ));
 }
-inline mask16 vle(vf16 a, vf16 b) {
+GRADCODEC_VINLINE mask16 vle(vf16 a, vf16 b) {
   return avx2_mask(_mm256_cmp_ps(a.lo, b.lo, _CMP_LE_OQ), _mm256_cmp_ps(a.hi, b.hi, _CMP_LE_OQ));
 }
-inline mask16 veq(vf16 a, vf16 b) {
+GRADCODEC_VINLINE mask16 veq(vf16 a, vf16 b) {
   return avx2_mask(_mm256_cmp_ps(a.lo, b.lo, _CMP_EQ_OQ), _mm256_cmp_ps(a.hi, b.hi, _CMP_EQ_OQ));
 }
-inline __m256i avx2_expand(unsigned m8) {
+GRADCODEC_VINLINE __m256i avx2_expand(unsigned m8) {
   const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(static_cast<int>(m8)), bit), bit);
 }
-inline vf16 vselect(mask16 m, vf16 a, vf16 b) {
+GRADCODEC_VINLINE vf16 vselect(mask16 m, vf16 a, vf16 b) {
   return {_mm256_blendv_ps(b.lo, a.lo, _mm256_castsi256_ps(avx2_expand(m & 0xFFu))),
           _mm256_blendv_ps(b.hi, a.hi, _mm256_castsi256_ps(avx2_expand(m >> 8)))};
 }
-inline vu16 vselectu(mask16 m, vu16 a, vu16 b) {
+GRADCODEC_VINLINE vu16 vselectu(mask16 m, vu16 a, vu16 b) {
   return {_mm256_blendv_epi8(b.lo, a.lo, avx2_expand(m & 0xFFu)),
           _mm256_blendv_epi8(b.hi, a.hi, avx2_expand(m >> 8))};
 }
-inline vu16 vshl(vu16 a, unsigned s) {
+GRADCODEC_VINLINE vu16 vshl(vu16 a, unsigned s) {
   const __m128i c = _mm_cvtsi32_si128(static_cast<int>(s));
   return {_mm256_sll_epi32(a.lo, c), _mm256_sll_epi32(a.hi, c)};
 }
-inline vu16 vshr(vu16 a, unsigned s) {
+GRADCODEC_VINLINE vu16 vshr(vu16 a, unsigned s) {
   const __m128i c = _mm_cvtsi32_si128(static_cast<int>(s));
   return {_mm256_srl_epi32(a.lo, c), _mm256_srl_epi32(a.hi, c)};
 }
-inline mask16 vequ(vu16 a, vu16 b) {
+GRADCODEC_VINLINE mask16 vequ(vu16 a, vu16 b) {
   return avx2_mask(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a.lo, b.lo)),
                    _mm256_castsi256_ps(_mm256_cmpeq_epi32(a.hi, b.hi)));
 }
-inline mask16 vltu(vu16 a, vu16 b) {
+GRADCODEC_VINLINE mask16 vltu(vu16 a, vu16 b) {
   // a < b unsigned  <=>  min(a, b) == a and a != b
   const vu16 m = vminu(a, b);
   return static_cast<mask16>(vequ(m, a) & ~vequ(a, b));
 }
-inline vu16 vtrunc_u(vf16 a) { return {_mm256_cvttps_epi32(a.lo), _mm256_cvttps_epi32(a.hi)}; }
-inline vf16 vto_f(vu16 a) { return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)}; }
-inline float vfold(vf16 a) {
+GRADCODEC_VINLINE vu16 vtrunc_u(vf16 a) {
+  return {_mm256_cvttps_epi32(a.lo), _mm256_cvttps_epi32(a.hi)};
+}
+GRADCODEC_VINLINE vf16 vto_f(vu16 a) {
+  return {_mm256_cvtepi32_ps(a.lo), _mm256_cvtepi32_ps(a.hi)};
+}
+GRADCODEC_VINLINE float vfold(vf16 a) {
   __m256 s8 = _mm256_add_ps(a.lo, a.hi);
   __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
   __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
   return _mm_cvtss_f32(s1);
 }
-inline vf16 vload_f16(const std::uint16_t* p) {
+GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) {
   return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
 }
-inline void vstore_f16(std::uint16_t* p, vf16 a) {
+GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                    _mm256_cvtps_ph(a.lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8),
                    _mm256_cvtps_ph(a.hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
-inline vu16 vload_u16(const std::uint16_t* p) {
+GRADCODEC_VINLINE vu16 vload_u16(const std::uint16_t* p) {
   return {_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
           _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
 }
-inline void vstore_u16(std::uint16_t* p, vu16 a) {  // lanes hold values < 2^16
+GRADCODEC_VINLINE void vstore_u16(std::uint16_t* p, vu16 a) {  // lanes hold values < 2^16
   const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(a.lo, a.hi), 0xD8);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), packed);
 }
@@ -228,37 +250,37 @@ struct vu16 {
 };
 
 #define GRADCODEC_LANES for (int j = 0; j < 16; ++j)
-inline vf16 vload(const float* p) {
+GRADCODEC_VINLINE vf16 vload(const float* p) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = p[j];
   return r;
 }
-inline vf16 vload_n(const float* p, unsigned n) {
+GRADCODEC_VINLINE vf16 vload_n(const float* p, unsigned n) {
   vf16 r{};
   for (unsigned j = 0; j < n; ++j) r.v[j] = p[j];
   return r;
 }
-inline void vstore(float* p, vf16 a) { GRADCODEC_LANES p[j] = a.v[j]; }
-inline void vstore_n(float* p, vf16 a, unsigned n) {
+GRADCODEC_VINLINE void vstore(float* p, vf16 a) { GRADCODEC_LANES p[j] = a.v[j]; }
+GRADCODEC_VINLINE void vstore_n(float* p, vf16 a, unsigned n) {
   for (unsigned j = 0; j < n; ++j) p[j] = a.v[j];
 }
-inline vu16 vload_u(const std::uint32_t* p) {
+GRADCODEC_VINLINE vu16 vload_u(const std::uint32_t* p) {
   vu16 r;
   GRADCODEC_LANES r.v[j] = p[j];
   return r;
 }
-inline void vstore_u(std::uint32_t* p, vu16 a) { GRADCODEC_LANES p[j] = a.v[j]; }
-inline vf16 vset1(float x) {
+GRADCODEC_VINLINE void vstore_u(std::uint32_t* p, vu16 a) { GRADCODEC_LANES p[j] = a.v[j]; }
+GRADCODEC_VINLINE vf16 vset1(float x) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = x;
   return r;
 }
-inline vu16 vset1u(std::uint32_t x) {
+GRADCODEC_VINLINE vu16 vset1u(std::uint32_t x) {
   vu16 r;
   GRADCODEC_LANES r.v[j] = x;
   return r;
 }
-inline vf16 vzero() { return vset1(0.0f); }
+GRADCODEC_VINLINE vf16 vzero() { return vset1(0.0f); }
 #define GRADCODEC_S2(T, name, expr)  \
   inline T name(T a, T b) {          \
     T r;                             \
@@ -279,33 +301,33 @@ GRADCODEC_S2(vu16, operator|, a.v[j] | b.v[j])
 GRADCODEC_S2(vu16, operator^, a.v[j] ^ b.v[j])
 GRADCODEC_S2(vu16, vminu, a.v[j] < b.v[j] ? a.v[j] : b.v[j])
 #undef GRADCODEC_S2
-inline vf16 vsqrt(vf16 a) {
+GRADCODEC_VINLINE vf16 vsqrt(vf16 a) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = std::sqrt(a.v[j]);
   return r;
 }
-inline vf16 vfma(vf16 a, vf16 b, vf16 c) {
+GRADCODEC_VINLINE vf16 vfma(vf16 a, vf16 b, vf16 c) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = std::fma(a.v[j], b.v[j], c.v[j]);
   return r;
 }
-inline vf16 vfloor(vf16 a) {
+GRADCODEC_VINLINE vf16 vfloor(vf16 a) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = std::floor(a.v[j]);
   return r;
 }
-inline vu16 vbits(vf16 a) {
+GRADCODEC_VINLINE vu16 vbits(vf16 a) {
   vu16 r;
   std::memcpy(r.v, a.v, 64);
   return r;
 }
-inline vf16 vfrombits(vu16 a) {
+GRADCODEC_VINLINE vf16 vfrombits(vu16 a) {
   vf16 r;
   std::memcpy(r.v, a.v, 64);
   return r;
 }
 #define GRADCODEC_SM(T, name, expr)             \
-  inline mask16 name(T a, T b) {                \
+  GRADCODEC_VINLINE mask16 name(T a, T b) {     \
     unsigned m = 0;                             \
     GRADCODEC_LANES m |= (expr) ? 1u << j : 0u; \
     return static_cast<mask16>(m);              \
@@ -316,55 +338,55 @@ GRADCODEC_SM(vf16, veq, a.v[j] == b.v[j])
 GRADCODEC_SM(vu16, vltu, a.v[j] < b.v[j])
 GRADCODEC_SM(vu16, vequ, a.v[j] == b.v[j])
 #undef GRADCODEC_SM
-inline vf16 vselect(mask16 m, vf16 a, vf16 b) {
+GRADCODEC_VINLINE vf16 vselect(mask16 m, vf16 a, vf16 b) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = (m >> j) & 1u ? a.v[j] : b.v[j];
   return r;
 }
-inline vu16 vselectu(mask16 m, vu16 a, vu16 b) {
+GRADCODEC_VINLINE vu16 vselectu(mask16 m, vu16 a, vu16 b) {
   vu16 r;
   GRADCODEC_LANES r.v[j] = (m >> j) & 1u ? a.v[j] : b.v[j];
   return r;
 }
-inline vu16 vshl(vu16 a, unsigned s) {
+GRADCODEC_VINLINE vu16 vshl(vu16 a, unsigned s) {
   vu16 r;
   GRADCODEC_LANES r.v[j] = a.v[j] << s;
   return r;
 }
-inline vu16 vshr(vu16 a, unsigned s) {
+GRADCODEC_VINLINE vu16 vshr(vu16 a, unsigned s) {
   vu16 r;
   GRADCODEC_LANES r.v[j] = a.v[j] >> s;
   return r;
 }
-inline vu16 vtrunc_u(vf16 a) {
+GRADCODEC_VINLINE vu16 vtrunc_u(vf16 a) {
   vu16 r;
   GRADCODEC_LANES r.v[j] = static_cast<std::uint32_t>(a.v[j]);
   return r;
 }
-inline vf16 vto_f(vu16 a) {
+GRADCODEC_VINLINE vf16 vto_f(vu16 a) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = static_cast<float>(a.v[j]);
   return r;
 }
-inline float vfold(vf16 a) {
+GRADCODEC_VINLINE float vfold(vf16 a) {
   for (int h = 8; h >= 1; h /= 2)
     for (int j = 0; j < h; ++j) a.v[j] = a.v[j] + a.v[j + h];
   return a.v[0];
 }
-inline vf16 vload_f16(const std::uint16_t* p) {
+GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = blocks::f16_to_f32(p[j]);
   return r;
 }
-inline void vstore_f16(std::uint16_t* p, vf16 a) {
+GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   GRADCODEC_LANES p[j] = blocks::f32_to_f16(a.v[j]);
 }
-inline vu16 vload_u16(const std::uint16_t* p) {
+GRADCODEC_VINLINE vu16 vload_u16(const std::uint16_t* p) {
   vu16 r;
   GRADCODEC_LANES r.v[j] = p[j];
   return r;
 }
-inline void vstore_u16(std::uint16_t* p, vu16 a) {
+GRADCODEC_VINLINE void vstore_u16(std::uint16_t* p, vu16 a) {
   GRADCODEC_LANES p[j] = static_cast<std::uint16_t>(a.v[j]);
 }
 #undef GRADCODEC_LANES
@@ -372,26 +394,48 @@ inline void vstore_u16(std::uint16_t* p, vu16 a) {
 
 // ---- Level-independent helpers built on the primitives -------------------------------
 
-inline vf16 vabs(vf16 a) { return vfrombits(vbits(a) & vset1u(0x7FFFFFFFu)); }
+GRADCODEC_VINLINE vf16 vabs(vf16 a) { return vfrombits(vbits(a) & vset1u(0x7FFFFFFFu)); }
 //! Lanes holding NaN or +-Inf.
-inline mask16 vnonfinite(vf16 a) {
+GRADCODEC_VINLINE mask16 vnonfinite(vf16 a) {
   const vu16 mag = vbits(a) & vset1u(0x7FFFFFFFu);
   return static_cast<mask16>(~vltu(mag, vset1u(0x7F800000u)));
 }
 
+//! if_nan in the lanes where a is NaN, otherwise elsewhere: a float compare, so AVX2 needs no
+//! mask16 round trip (that made bf16 stores slower than scalar code).
+#if GRADCODEC_CPU_LEVEL == 2
+GRADCODEC_VINLINE vu16 vselect_nan(vf16 a, vu16 if_nan, vu16 otherwise) {
+  return vselectu(_mm512_cmp_ps_mask(a.v, a.v, _CMP_UNORD_Q), if_nan, otherwise);
+}
+#elif GRADCODEC_CPU_LEVEL == 1
+GRADCODEC_VINLINE vu16 vselect_nan(vf16 a, vu16 if_nan, vu16 otherwise) {
+  return {_mm256_blendv_epi8(otherwise.lo, if_nan.lo,
+                             _mm256_castps_si256(_mm256_cmp_ps(a.lo, a.lo, _CMP_UNORD_Q))),
+          _mm256_blendv_epi8(otherwise.hi, if_nan.hi,
+                             _mm256_castps_si256(_mm256_cmp_ps(a.hi, a.hi, _CMP_UNORD_Q)))};
+}
+#else
+GRADCODEC_VINLINE vu16 vselect_nan(vf16 a, vu16 if_nan, vu16 otherwise) {
+  vu16 r;
+  for (int j = 0; j < 16; ++j) r.v[j] = a.v[j] != a.v[j] ? if_nan.v[j] : otherwise.v[j];
+  return r;
+}
+#endif
+
 //! bf16 widening is exact: the 16 bits become the top of an f32.
-inline vf16 vload_bf16(const std::uint16_t* p) { return vfrombits(vshl(vload_u16(p), 16)); }
+GRADCODEC_VINLINE vf16 vload_bf16(const std::uint16_t* p) {
+  return vfrombits(vshl(vload_u16(p), 16));
+}
 //! f32 -> bf16 with round to nearest even, NaN kept quiet (blocks::f32_to_bf16, lane-wise).
-inline void vstore_bf16(std::uint16_t* p, vf16 a) {
+GRADCODEC_VINLINE void vstore_bf16(std::uint16_t* p, vf16 a) {
   const vu16 x = vbits(a);
   const vu16 rounded = vshr(x + vset1u(0x7FFFu) + (vshr(x, 16) & vset1u(1u)), 16);
   const vu16 quiet = vshr(x, 16) | vset1u(0x40u);
-  const mask16 nan = static_cast<mask16>(~vltu(x & vset1u(0x7FFFFFFFu), vset1u(0x7F800001u)));
-  vstore_u16(p, vselectu(nan, quiet, rounded));
+  vstore_u16(p, vselect_nan(a, quiet, rounded));
 }
 
 //! Loads 16 values of any dtype as f32.
-inline vf16 vload_any(const void* base, dtype t, std::uint64_t i) {
+GRADCODEC_VINLINE vf16 vload_any(const void* base, dtype t, std::uint64_t i) {
   switch (t) {
     case dtype::f16: return vload_f16(static_cast<const std::uint16_t*>(base) + i);
     case dtype::bf16: return vload_bf16(static_cast<const std::uint16_t*>(base) + i);
@@ -400,14 +444,14 @@ inline vf16 vload_any(const void* base, dtype t, std::uint64_t i) {
   return vload(static_cast<const float*>(base) + i);
 }
 //! Loads the first n (< 16) values of any dtype; the other lanes are +0.0.
-inline vf16 vload_any_n(const void* base, dtype t, std::uint64_t i, unsigned n) {
+GRADCODEC_VINLINE vf16 vload_any_n(const void* base, dtype t, std::uint64_t i, unsigned n) {
   if (t == dtype::f32) return vload_n(static_cast<const float*>(base) + i, n);
   std::uint16_t tmp[16] = {};
   std::memcpy(tmp, static_cast<const std::uint16_t*>(base) + i, n * 2u);
   return t == dtype::f16 ? vload_f16(tmp) : vload_bf16(tmp);
 }
 //! Stores 16 values in any dtype (rounded to nearest even for f16/bf16).
-inline void vstore_any(void* base, dtype t, std::uint64_t i, vf16 a) {
+GRADCODEC_VINLINE void vstore_any(void* base, dtype t, std::uint64_t i, vf16 a) {
   switch (t) {
     case dtype::f16: vstore_f16(static_cast<std::uint16_t*>(base) + i, a); return;
     case dtype::bf16: vstore_bf16(static_cast<std::uint16_t*>(base) + i, a); return;
@@ -415,7 +459,7 @@ inline void vstore_any(void* base, dtype t, std::uint64_t i, vf16 a) {
   }
   vstore(static_cast<float*>(base) + i, a);
 }
-inline void vstore_any_n(void* base, dtype t, std::uint64_t i, vf16 a, unsigned n) {
+GRADCODEC_VINLINE void vstore_any_n(void* base, dtype t, std::uint64_t i, vf16 a, unsigned n) {
   if (t == dtype::f32) return vstore_n(static_cast<float*>(base) + i, a, n);
   std::uint16_t tmp[16];
   if (t == dtype::f16)
@@ -431,25 +475,25 @@ inline void vstore_any_n(void* base, dtype t, std::uint64_t i, vf16 a, unsigned 
 // re-expansion in vselect).
 
 #if GRADCODEC_CPU_LEVEL == 2
-inline vu16 vlt_bits(vf16 a, vf16 b) {
+GRADCODEC_VINLINE vu16 vlt_bits(vf16 a, vf16 b) {
   return {_mm512_movm_epi32(_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ))};
 }
-inline vu16 vmaxu(vu16 a, vu16 b) { return {_mm512_max_epu32(a.v, b.v)}; }
+GRADCODEC_VINLINE vu16 vmaxu(vu16 a, vu16 b) { return {_mm512_max_epu32(a.v, b.v)}; }
 #elif GRADCODEC_CPU_LEVEL == 1
-inline vu16 vlt_bits(vf16 a, vf16 b) {
+GRADCODEC_VINLINE vu16 vlt_bits(vf16 a, vf16 b) {
   return {_mm256_castps_si256(_mm256_cmp_ps(a.lo, b.lo, _CMP_LT_OQ)),
           _mm256_castps_si256(_mm256_cmp_ps(a.hi, b.hi, _CMP_LT_OQ))};
 }
-inline vu16 vmaxu(vu16 a, vu16 b) {
+GRADCODEC_VINLINE vu16 vmaxu(vu16 a, vu16 b) {
   return {_mm256_max_epu32(a.lo, b.lo), _mm256_max_epu32(a.hi, b.hi)};
 }
 #else
-inline vu16 vlt_bits(vf16 a, vf16 b) {
+GRADCODEC_VINLINE vu16 vlt_bits(vf16 a, vf16 b) {
   vu16 r;
   for (int j = 0; j < 16; ++j) r.v[j] = a.v[j] < b.v[j] ? 0xFFFFFFFFu : 0u;
   return r;
 }
-inline vu16 vmaxu(vu16 a, vu16 b) {
+GRADCODEC_VINLINE vu16 vmaxu(vu16 a, vu16 b) {
   vu16 r;
   for (int j = 0; j < 16; ++j) r.v[j] = a.v[j] > b.v[j] ? a.v[j] : b.v[j];
   return r;
@@ -464,16 +508,18 @@ inline vu16 vmaxu(vu16 a, vu16 b) {
 // stores it whole (a compress with a memory operand is microcoded on Zen 4); AVX2 permutes
 // each half through a 256-entry table.
 
-inline unsigned vpopcount(mask16 m) { return static_cast<unsigned>(__builtin_popcount(m)); }
+GRADCODEC_VINLINE unsigned vpopcount(mask16 m) {
+  return static_cast<unsigned>(__builtin_popcount(m));
+}
 
 #if GRADCODEC_CPU_LEVEL == 2
-inline mask16 vgti(vu16 a, vu16 b) { return _mm512_cmpgt_epi32_mask(a.v, b.v); }
-inline unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
+GRADCODEC_VINLINE mask16 vgti(vu16 a, vu16 b) { return _mm512_cmpgt_epi32_mask(a.v, b.v); }
+GRADCODEC_VINLINE unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
   _mm512_storeu_si512(p, _mm512_maskz_compress_epi32(m, a.v));
   return vpopcount(m);
 }
 #elif GRADCODEC_CPU_LEVEL == 1
-inline mask16 vgti(vu16 a, vu16 b) {
+GRADCODEC_VINLINE mask16 vgti(vu16 a, vu16 b) {
   return avx2_mask(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a.lo, b.lo)),
                    _mm256_castsi256_ps(_mm256_cmpgt_epi32(a.hi, b.hi)));
 }
@@ -491,11 +537,11 @@ constexpr avx2_compress_table avx2_make_compress_table() {
   return t;
 }
 inline constexpr avx2_compress_table avx2_compress_lut = avx2_make_compress_table();
-inline __m256i avx2_compress8(__m256i a, unsigned m8) {
+GRADCODEC_VINLINE __m256i avx2_compress8(__m256i a, unsigned m8) {
   const __m128i bytes = _mm_cvtsi64_si128(static_cast<long long>(avx2_compress_lut.v[m8]));
   return _mm256_permutevar8x32_epi32(a, _mm256_cvtepu8_epi32(bytes));
 }
-inline unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
+GRADCODEC_VINLINE unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
   const unsigned lo = m & 0xFFu, hi = static_cast<unsigned>(m) >> 8;
   const unsigned clo = vpopcount(static_cast<mask16>(lo));
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), avx2_compress8(a.lo, lo));
@@ -503,13 +549,13 @@ inline unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
   return clo + vpopcount(static_cast<mask16>(hi));
 }
 #else
-inline mask16 vgti(vu16 a, vu16 b) {
+GRADCODEC_VINLINE mask16 vgti(vu16 a, vu16 b) {
   unsigned m = 0;
   for (int j = 0; j < 16; ++j)
     m |= static_cast<std::int32_t>(a.v[j]) > static_cast<std::int32_t>(b.v[j]) ? 1u << j : 0u;
   return static_cast<mask16>(m);
 }
-inline unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
+GRADCODEC_VINLINE unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
   unsigned c = 0;
   for (int j = 0; j < 16; ++j)
     if ((m >> j) & 1u) p[c++] = a.v[j];
@@ -524,17 +570,17 @@ inline unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
 // it ends, so the caller sees the values after the join. Values are those of vstore.
 
 #if GRADCODEC_CPU_LEVEL == 2
-inline void vstream(float* p, vf16 a) { _mm512_stream_ps(p, a.v); }
-inline void vstream_fence() { _mm_sfence(); }
+GRADCODEC_VINLINE void vstream(float* p, vf16 a) { _mm512_stream_ps(p, a.v); }
+GRADCODEC_VINLINE void vstream_fence() { _mm_sfence(); }
 #elif GRADCODEC_CPU_LEVEL == 1
-inline void vstream(float* p, vf16 a) {
+GRADCODEC_VINLINE void vstream(float* p, vf16 a) {
   _mm256_stream_ps(p, a.lo);
   _mm256_stream_ps(p + 8, a.hi);
 }
-inline void vstream_fence() { _mm_sfence(); }
+GRADCODEC_VINLINE void vstream_fence() { _mm_sfence(); }
 #else
-inline void vstream(float* p, vf16 a) { vstore(p, a); }
-inline void vstream_fence() {}
+GRADCODEC_VINLINE void vstream(float* p, vf16 a) { vstore(p, a); }
+GRADCODEC_VINLINE void vstream_fence() {}
 #endif
 
 // ---- Loads and stores of a dtype fixed at compile time -------------------------------
@@ -542,7 +588,7 @@ inline void vstream_fence() {}
 // be inlined into hot loops (GCC does not inline the switching versions there).
 
 template <dtype T>
-inline vf16 vload_typed(const void* base, std::uint64_t i) {
+GRADCODEC_VINLINE vf16 vload_typed(const void* base, std::uint64_t i) {
   if constexpr (T == dtype::f32)
     return vload(static_cast<const float*>(base) + i);
   else if constexpr (T == dtype::f16)
@@ -551,14 +597,14 @@ inline vf16 vload_typed(const void* base, std::uint64_t i) {
     return vload_bf16(static_cast<const std::uint16_t*>(base) + i);
 }
 template <dtype T>
-inline vf16 vload_typed_n(const void* base, std::uint64_t i, unsigned n) {
+GRADCODEC_VINLINE vf16 vload_typed_n(const void* base, std::uint64_t i, unsigned n) {
   if constexpr (T == dtype::f32)
     return vload_n(static_cast<const float*>(base) + i, n);
   else
     return vload_any_n(base, T, i, n);
 }
 template <dtype T>
-inline void vstore_typed(void* base, std::uint64_t i, vf16 a) {
+GRADCODEC_VINLINE void vstore_typed(void* base, std::uint64_t i, vf16 a) {
   if constexpr (T == dtype::f32)
     vstore(static_cast<float*>(base) + i, a);
   else if constexpr (T == dtype::f16)
@@ -567,7 +613,7 @@ inline void vstore_typed(void* base, std::uint64_t i, vf16 a) {
     vstore_bf16(static_cast<std::uint16_t*>(base) + i, a);
 }
 template <dtype T>
-inline void vstore_typed_n(void* base, std::uint64_t i, vf16 a, unsigned n) {
+GRADCODEC_VINLINE void vstore_typed_n(void* base, std::uint64_t i, vf16 a, unsigned n) {
   if constexpr (T == dtype::f32)
     vstore_n(static_cast<float*>(base) + i, a, n);
   else
@@ -575,7 +621,7 @@ inline void vstore_typed_n(void* base, std::uint64_t i, vf16 a, unsigned n) {
 }
 //! fn.template operator()<T>() for the run-time dtype t.
 template <class Fn>
-inline void with_dtype(dtype t, Fn&& fn) {
+GRADCODEC_VINLINE void with_dtype(dtype t, Fn&& fn) {
   switch (t) {
     case dtype::f32: fn.template operator()<dtype::f32>(); break;
     case dtype::f16: fn.template operator()<dtype::f16>(); break;
@@ -590,16 +636,16 @@ inline void with_dtype(dtype t, Fn&& fn) {
 // general register (and, with a 16-bit spill, a store-forwarding stall).
 
 #if GRADCODEC_CPU_LEVEL == 2
-inline vf16 vselect_bits(vu16 m, vf16 a, vf16 b) {
+GRADCODEC_VINLINE vf16 vselect_bits(vu16 m, vf16 a, vf16 b) {
   return {_mm512_mask_blend_ps(_mm512_movepi32_mask(m.v), b.v, a.v)};
 }
 #elif GRADCODEC_CPU_LEVEL == 1
-inline vf16 vselect_bits(vu16 m, vf16 a, vf16 b) {
+GRADCODEC_VINLINE vf16 vselect_bits(vu16 m, vf16 a, vf16 b) {
   return {_mm256_blendv_ps(b.lo, a.lo, _mm256_castsi256_ps(m.lo)),
           _mm256_blendv_ps(b.hi, a.hi, _mm256_castsi256_ps(m.hi))};
 }
 #else
-inline vf16 vselect_bits(vu16 m, vf16 a, vf16 b) {
+GRADCODEC_VINLINE vf16 vselect_bits(vu16 m, vf16 a, vf16 b) {
   vf16 r;
   for (int j = 0; j < 16; ++j) r.v[j] = m.v[j] != 0 ? a.v[j] : b.v[j];
   return r;

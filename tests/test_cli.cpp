@@ -20,10 +20,7 @@
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/gradcodec.hpp"
 #include "npy.hpp"
-
-#ifndef GRADCODEC_TOOL_PATH
-#error "GRADCODEC_TOOL_PATH must name the built gradcodec tool"
-#endif
+#include "support/tool_process.hpp"
 
 namespace gc = gradcodec;
 namespace tool = gradcodec::tool;
@@ -31,20 +28,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct run_result {
-  int code = -1;  //!< exit code; -1 when killed by a signal (a crash)
-  std::string out;
-  std::string err;
-};
-
-std::string quote(const std::string& s) { return "'" + s + "'"; }  // temp paths hold no quotes
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using gc::test::lines_of;
+using gc::test::quote;
+using gc::test::run_result;
+using gc::test::slurp;
+using gc::test::words_of;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
@@ -72,20 +60,6 @@ tool::array sample(gc::dtype t, std::vector<std::uint64_t> shape, std::uint32_t 
   return a;
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> out;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) out.push_back(line);
-  return out;
-}
-
-std::vector<std::string> words_of(const std::string& line) {
-  std::vector<std::string> out;
-  std::istringstream in(line);
-  for (std::string w; in >> w;) out.push_back(w);
-  return out;
-}
-
 //! An npy file with a hand-written header dictionary (format 1.0).
 std::string npy_with_header(const std::string& dict, std::size_t data_bytes) {
   std::string h = std::string("\x93NUMPY\x01\x00", 8);
@@ -94,38 +68,7 @@ std::string npy_with_header(const std::string& dict, std::size_t data_bytes) {
   return h + dict + std::string(data_bytes, '\0');
 }
 
-class Cli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("gradcodec_cli_" + std::to_string(::getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  //! Runs the tool with a shell-quoted argument string, capturing stdout and stderr.
-  run_result run(const std::string& args) const {
-    const std::string out = path("stdout.txt");
-    const std::string err = path("stderr.txt");
-    const std::string cmd =
-        quote(GRADCODEC_TOOL_PATH) + " " + args + " > " + quote(out) + " 2> " + quote(err);
-    const int status = std::system(cmd.c_str());
-    run_result r;
-    r.code = (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
-  }
-
-  fs::path dir_;
-};
+class Cli : public gc::test::tool_test {};
 
 void expect_ok(const run_result& r, const std::string& what) {
   EXPECT_EQ(r.code, 0) << what << "\nstderr: " << r.err;

@@ -18,11 +18,13 @@ extern const command_spec decode_spec;
 extern const command_spec inspect_spec;
 extern const command_spec eval_spec;
 extern const command_spec list_spec;
+extern const command_spec bench_spec;
 
 int run_encode(const parsed_args& args);
 int run_decode(const parsed_args& args);
 int run_inspect(const parsed_args& args);
 int run_eval(const parsed_args& args);
 int run_list(const parsed_args& args);
+int run_bench(const parsed_args& args);
 
 }  // namespace gradcodec::tool

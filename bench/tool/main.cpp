@@ -16,18 +16,20 @@
 namespace gradcodec::tool {
 namespace {
 
-constexpr std::array<command, 5> commands{{
+constexpr std::array<command, 6> commands{{
     {encode_spec, run_encode},
     {decode_spec, run_decode},
     {inspect_spec, run_inspect},
     {eval_spec, run_eval},
     {list_spec, run_list},
+    {bench_spec, run_bench},
 }};
 
 std::string main_usage() {
   std::string u =
       "usage: gradcodec <command> [options] [arguments]\n\n"
-      "Gradient-compression codecs: encode arrays to frames, decode, inspect, evaluate.\n\n"
+      "Gradient-compression codecs: encode arrays to frames, decode, inspect, evaluate,\n"
+      "benchmark.\n\n"
       "commands:\n";
   for (const auto& c : commands) {
     std::string name(c.spec.name);

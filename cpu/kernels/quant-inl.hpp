@@ -88,7 +88,7 @@ struct quant_feedback_input {
 
 //! Lanes [0, cnt) of element i on (cnt <= 16); the others +0.0.
 template <class Src>
-inline vf16 quant_load(const Src& src, std::uint64_t i, unsigned cnt) {
+GRADCODEC_VINLINE vf16 quant_load(const Src& src, std::uint64_t i, unsigned cnt) {
   return cnt == 16 ? src.load(i) : src.load_n(i, cnt);
 }
 
@@ -224,7 +224,7 @@ struct qsgd_kernel {
   }
 
   template <bool Stochastic>
-  vu16 quantize(vf16 v, vf16 u, const enc& q) const {
+  GRADCODEC_VINLINE vu16 quantize(vf16 v, vf16 u, const enc& q) const {
     const vf16 r = (vabs(v) * q.down) * q.inv;
     vu16 l;
     if constexpr (Stochastic) {
@@ -248,7 +248,7 @@ struct qsgd_kernel {
     return {vset1(step), vset1(p.up), vset1(fs), vset1u(2u * s)};
   }
 
-  vf16 dequant(vu16 code, const dec& d) const {
+  GRADCODEC_VINLINE vf16 dequant(vu16 code, const dec& d) const {
     // float(code) - float(s) is exact: the same value as float(code - s).
     const vf16 q = vto_f(vminu(code, d.top)) - d.fs;
     return (q * d.step) * d.up;
@@ -310,7 +310,7 @@ struct terngrad_kernel {
   }
 
   template <bool Stochastic>
-  vu16 quantize(vf16 v, vf16 u, const enc& q) const {
+  GRADCODEC_VINLINE vu16 quantize(vf16 v, vf16 u, const enc& q) const {
     // w = v < -c ? -c : (v > c ? c : v), with vmax(a, b) = a > b ? a : b and
     // vmin(a, b) = a < b ? a : b on every level.
     const vf16 w = vmin(q.cb, vmax(q.ncb, v));
@@ -322,7 +322,7 @@ struct terngrad_kernel {
 
   dec decode_params(const float* scale) const { return {vset1(scale[0])}; }
 
-  vf16 dequant(vu16 code, const dec& d) const {
+  GRADCODEC_VINLINE vf16 dequant(vu16 code, const dec& d) const {
     // t * s with t = +1 (01), -1 (11), +0 (00, 10), evaluated as s, -s (sign flip) and 0.0f * s:
     // the same value for every non-NaN s, and the NaN bits the reference gets (its compiler
     // folds 1.0f * s to s and -1.0f * s to -s).
@@ -369,7 +369,7 @@ struct minmax_kernel {
   }
 
   template <bool Stochastic>
-  vu16 quantize(vf16 v, vf16 u, const enc& q) const {
+  GRADCODEC_VINLINE vu16 quantize(vf16 v, vf16 u, const enc& q) const {
     const vf16 t = (v * q.down - q.lo_d) * q.inv;
     vu16 l;
     if constexpr (Stochastic) {
@@ -389,7 +389,7 @@ struct minmax_kernel {
     return {vset1(lo), vset1(hi), vset1(lo_d), vset1(step), vset1(p.up)};
   }
 
-  vf16 dequant(vu16 code, const dec& d) const {
+  GRADCODEC_VINLINE vf16 dequant(vu16 code, const dec& d) const {
     const vf16 x = vfma(vto_f(code), d.step, d.lo_d) * d.up;
     // if (x < lo) x = lo; if (x > hi) x = hi; (a NaN x or bound leaves x as it is)
     return vmin(d.hi, vmax(d.lo, x));

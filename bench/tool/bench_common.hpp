@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! Helpers shared by the two benchmarks of `gradcodec bench` (the codec benchmark and
+//! the allreduce benchmark): the ','-separated list options, sizes, the median, and the
+//! JSON scalars.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradcodec::tool {
+
+//! Splits a ',' list; usage error (naming `what`) on an empty entry.
+std::vector<std::string> split_list(const std::string& what, const std::string& text);
+
+//! The --codecs syntax of eval: a key=value piece continues the previous spec.
+std::vector<std::string> split_codecs(const std::vector<std::string>& values);
+
+//! One --sizes entry: N or 2^K, 1..2^32 (usage error naming `what` otherwise).
+std::uint64_t parse_size(const std::string& text, const std::string& what = "--sizes");
+
+//! "2^K" for powers of two from 1024, else the decimal count.
+std::string size_name(std::uint64_t n);
+
+//! The median (the mean of the middle two for an even count); 0 for none.
+double median(std::vector<double> v);
+
+//! A JSON string literal (quotes, backslashes and control characters escaped).
+std::string json_string(const std::string& s);
+
+//! A JSON number ("%.9g"), or null when not finite.
+std::string json_number(double v);
+
+}  // namespace gradcodec::tool

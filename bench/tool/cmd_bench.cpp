@@ -1,0 +1,666 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! gradcodec bench: median times of encode, decode, decode-accumulate and fused EF encode
+//! for each codec x backend x ISA x threads x size, as effective GB/s by the bytes model
+//! (bench_model.hpp) and as a share of a memcpy measured in the same run, beside baselines
+//! (memcpy, a read-only sum, std::nth_element and binary-heap top-k, a two-pass min-max
+//! quantizer).
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "bench_allreduce.hpp"
+#include "bench_common.hpp"
+#include "bench_model.hpp"
+#include "codec_calls.hpp"
+#include "commands.hpp"
+#include "error.hpp"
+#include "text.hpp"
+
+namespace gradcodec::tool {
+namespace {
+
+constexpr std::array bench_options{
+    option_spec{"sizes", "LIST",
+                "element counts separated by ',' (N or 2^K; default 2^20,2^24,2^26)", false, false},
+    option_spec{"codecs", "LIST",
+                "codec specs separated by ',' (as in eval) or 'all' (default: every codec with its "
+                "defaults); repeatable",
+                false, true},
+    option_spec{"backend", "LIST",
+                "backends separated by ',': reference, cpu, auto (default cpu,reference; "
+                "the reference is skipped above 2^24 unless named here)",
+                false, false},
+    option_spec{"isa", "LIST",
+                "CPU ISAs separated by ',' (default: every supported one, scalar only up to 2^24)",
+                false, false},
+    option_spec{"threads", "LIST",
+                "CPU backend thread counts separated by ',' (default 0 = library "
+                "default)",
+                false, false},
+    option_spec{"repeat", "N", "timed runs at least (default 5; more for short operations)", false,
+                false},
+    option_spec{"json", "FILE", "also write every measurement as JSON to FILE", false, false},
+    allreduce_flag,
+    allreduce_strategies_option,
+    allreduce_pipeline_option,
+    allreduce_segment_option,
+    allreduce_warmup_option,
+};
+
+using clock_type = std::chrono::steady_clock;
+
+//! Gradient-like data: a sum of four uniforms (near Gaussian), one element in 64 ten times
+//! larger for a heavy tail; a fixed integer hash so every run sees the same values.
+void fill_gradient(std::vector<float>& x) {
+  std::uint64_t s = 0x9e3779b97f4a7c15ull;
+  const auto next = [&s] {
+    s += 0x9e3779b97f4a7c15ull;
+    std::uint64_t z = s;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::uint64_t r = next();
+    float u = -2.0f;
+    for (int j = 0; j < 4; ++j) u += static_cast<float>((r >> (16 * j)) & 0xffff) * 0x1p-16f;
+    x[i] = u * ((i % 64 == 7) ? 1e-2f : 1e-3f);
+  }
+}
+
+//! One warm-up call, then at least `min_runs` timed calls and more while they add up to
+//! under 0.2 s (at most 100): the median of them. `body` returns false on failure.
+struct timing {
+  double median_s = 0;
+  std::uint64_t runs = 0;
+};
+timing time_op(std::uint64_t min_runs, const std::function<bool()>& body) {
+  timing t;
+  if (!body()) return t;
+  std::vector<double> times;
+  double total = 0;
+  while (times.size() < min_runs || (total < 0.2 && times.size() < 100)) {
+    const auto t0 = clock_type::now();
+    if (!body()) return t;
+    const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
+    times.push_back(s);
+    total += s;
+  }
+  t.median_s = median(times);
+  t.runs = times.size();
+  return t;
+}
+
+//! ||a - x|| / ||x|| in double.
+double rel_error(const float* a, const std::vector<float>& x) {
+  double e2 = 0, r2 = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - x[i];
+    e2 += d * d;
+    r2 += static_cast<double>(x[i]) * x[i];
+  }
+  return r2 > 0 ? std::sqrt(e2 / r2) : (e2 > 0 ? INFINITY : 0.0);
+}
+
+struct record {
+  std::string codec, backend, isa;
+  int threads = 1;
+  std::uint64_t n = 0;
+  std::string op;
+  double median_s = 0, gbps = 0, roofline_share = 0, ratio = 0, rel_error = 0;
+  double bytes_per_element = 0;
+  std::uint64_t runs = 0;
+  std::string note;  //!< non-empty: not measured (not implemented, skipped, failed)
+};
+
+void write_json(const std::string& path, const std::vector<record>& records) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  if (!f) fail("cannot open '" + path + "' for writing");
+  f << "{\n  \"tool\": \"gradcodec bench\",\n  \"records\": [";
+  bool first_rec = true, first_note = true;
+  for (const auto& r : records) {
+    if (!r.note.empty()) continue;
+    f << (first_rec ? "\n" : ",\n") << "    {\"codec\": " << json_string(r.codec)
+      << ", \"backend\": " << json_string(r.backend) << ", \"isa\": " << json_string(r.isa)
+      << ", \"threads\": " << r.threads << ", \"n\": " << r.n << ", \"op\": " << json_string(r.op)
+      << ", \"median_s\": " << json_number(r.median_s) << ", \"runs\": " << r.runs
+      << ", \"bytes_per_element\": " << json_number(r.bytes_per_element)
+      << ", \"gbps\": " << json_number(r.gbps)
+      << ", \"roofline_share\": " << json_number(r.roofline_share)
+      << ", \"ratio\": " << json_number(r.ratio) << ", \"rel_error\": " << json_number(r.rel_error)
+      << "}";
+    first_rec = false;
+  }
+  f << "\n  ],\n  \"notes\": [";
+  for (const auto& r : records) {
+    if (r.note.empty()) continue;
+    f << (first_note ? "\n" : ",\n") << "    {\"codec\": " << json_string(r.codec)
+      << ", \"backend\": " << json_string(r.backend) << ", \"isa\": " << json_string(r.isa)
+      << ", \"threads\": " << r.threads << ", \"n\": " << r.n << ", \"op\": " << json_string(r.op)
+      << ", \"note\": " << json_string(r.note) << "}";
+    first_note = false;
+  }
+  f << "\n  ]\n}\n";
+  f.flush();
+  if (!f) fail("cannot write '" + path + "'");
+}
+
+//! Buffers of one size, fresh per size.
+struct buffers {
+  std::vector<float> x, out, acc, residual;
+  std::vector<std::byte> frame, workspace;
+};
+
+struct target {
+  backend where;
+  std::string isa;  //!< "-" for the reference
+  int threads;      //!< as requested (0 = library default)
+};
+
+class table {
+ public:
+  std::size_t width = 26;  //!< of the codec column: the longest spec string
+
+  void header() const {
+    std::cout << pad("codec", width) << pad("backend", 10) << pad("isa", 7) << pad("thr", 4, true)
+              << "  " << pad("op", 18) << pad("median_ms", 11, true) << pad("GB/s", 8, true)
+              << pad("%memcpy", 8, true) << pad("ratio", 9, true) << pad("rel_err", 11, true)
+              << "\n";
+  }
+  void row(const record& r) {
+    std::cout << pad(r.codec, width) << pad(r.backend, 10) << pad(r.isa, 7)
+              << pad(std::to_string(r.threads), 4, true) << "  " << pad(r.op, 18);
+    if (!r.note.empty()) {
+      std::cout << "  " << r.note << "\n" << std::flush;
+      return;
+    }
+    std::cout << pad(strprintf("%.3f", r.median_s * 1e3), 11, true)
+              << pad(strprintf("%.2f", r.gbps), 8, true)
+              << pad(strprintf("%.1f", r.roofline_share * 100), 8, true)
+              << pad(strprintf("%.2f", r.ratio), 9, true)
+              << pad(strprintf("%.3e", r.rel_error), 11, true) << "\n"
+              << std::flush;
+  }
+};
+
+struct run_state {
+  std::uint64_t min_runs = 5;
+  double memcpy_gbps = 0;
+  std::vector<record> records;
+  table out;
+  std::size_t failed = 0;
+
+  void add(record r) {
+    if (r.note.empty() && r.median_s > 0) {
+      r.gbps = r.bytes_per_element * static_cast<double>(r.n) / r.median_s * 1e-9;
+      r.roofline_share = memcpy_gbps > 0 ? r.gbps / memcpy_gbps : 0.0;
+    }
+    out.row(r);
+    records.push_back(std::move(r));
+  }
+};
+
+volatile float g_sink = 0;  // keeps the read-only sum from being optimized away
+
+//! memcpy, the read-only sum, two top-k selections and a two-pass 4-bit quantizer,
+//! single-threaded, on the same data.
+void run_baselines(run_state& st, buffers& b) {
+  const std::uint64_t n = b.x.size();
+  const double in_bytes = 4.0 * static_cast<double>(n);
+  const auto base = [&](const std::string& codec, const std::string& op) {
+    record r;
+    r.codec = codec;
+    r.backend = "baseline";
+    r.isa = "-";
+    r.threads = 1;
+    r.n = n;
+    r.op = op;
+    r.ratio = 1.0;
+    return r;
+  };
+
+  record cp = base("none", "memcpy");
+  const timing tc = time_op(st.min_runs, [&] {
+    std::memcpy(b.out.data(), b.x.data(), n * sizeof(float));
+    return true;
+  });
+  cp.median_s = tc.median_s;
+  cp.runs = tc.runs;
+  cp.bytes_per_element = 8.0;
+  st.memcpy_gbps = 8.0 * static_cast<double>(n) / tc.median_s * 1e-9;
+  st.add(cp);
+
+  record sum = base("none", "sum");
+  const timing ts = time_op(st.min_runs, [&] {
+    std::array<float, 16> part{};
+    std::uint64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+      for (std::size_t j = 0; j < 16; ++j) part[j] += b.x[i + j];
+    float s = 0;
+    for (; i < n; ++i) s += b.x[i];
+    for (const float p : part) s += p;
+    g_sink = s;
+    return true;
+  });
+  sum.median_s = ts.median_s;
+  sum.runs = ts.runs;
+  sum.bytes_per_element = 4.0;
+  st.add(sum);
+
+  // Top-k by magnitude, k as topk's default ratio 0.01; output (index, value) pairs.
+  const std::uint64_t k = std::max<std::uint64_t>(1, n / 100);
+  std::vector<float> mags(n);
+  std::vector<std::uint32_t> idx(k);
+  std::vector<float> val(k);
+  const auto topk_error = [&] {
+    std::copy(b.x.begin(), b.x.end(), b.out.begin());
+    for (std::uint64_t j = 0; j < k; ++j) b.out[idx[j]] = 0.0f;
+    double e2 = 0, r2 = 0;  // error of keeping the selected: the dropped elements
+    for (std::uint64_t i = 0; i < n; ++i) {
+      e2 += static_cast<double>(b.out[i]) * b.out[i];
+      r2 += static_cast<double>(b.x[i]) * b.x[i];
+    }
+    return r2 > 0 ? std::sqrt(e2 / r2) : 0.0;
+  };
+  const std::string topk_spec = "topk:ratio=0.01";
+  const double topk_bpe = 4.0 + 8.0 * static_cast<double>(k) / static_cast<double>(n);
+
+  record ne = base(topk_spec, "nth_element_topk");
+  const timing tn = time_op(st.min_runs, [&] {
+    for (std::uint64_t i = 0; i < n; ++i) mags[i] = std::fabs(b.x[i]);
+    std::nth_element(mags.begin(), mags.begin() + static_cast<std::ptrdiff_t>(n - k), mags.end());
+    const float thr = mags[n - k];
+    std::uint64_t m = 0;
+    for (std::uint64_t i = 0; i < n && m < k; ++i)
+      if (std::fabs(b.x[i]) > thr) {
+        idx[m] = static_cast<std::uint32_t>(i);
+        val[m++] = b.x[i];
+      }
+    for (std::uint64_t i = 0; i < n && m < k; ++i)
+      if (std::fabs(b.x[i]) == thr) {
+        idx[m] = static_cast<std::uint32_t>(i);
+        val[m++] = b.x[i];
+      }
+    return true;
+  });
+  ne.median_s = tn.median_s;
+  ne.runs = tn.runs;
+  ne.bytes_per_element = topk_bpe;
+  ne.ratio = in_bytes / (8.0 * static_cast<double>(k));
+  ne.rel_error = topk_error();
+  st.add(ne);
+
+  // BytePS: a min-heap of the k largest magnitudes, the top replaced only when strictly greater.
+  record hp = base(topk_spec, "heap_topk");
+  std::vector<std::pair<float, std::uint32_t>> heap;
+  heap.reserve(k);
+  const auto greater = [](const auto& a, const auto& c) { return a.first > c.first; };
+  const timing th = time_op(st.min_runs, [&] {
+    heap.clear();
+    for (std::uint64_t i = 0; i < k; ++i)
+      heap.emplace_back(std::fabs(b.x[i]), static_cast<std::uint32_t>(i));
+    std::make_heap(heap.begin(), heap.end(), greater);
+    for (std::uint64_t i = k; i < n; ++i) {
+      const float a = std::fabs(b.x[i]);
+      if (a > heap.front().first) {
+        std::pop_heap(heap.begin(), heap.end(), greater);
+        heap.back() = {a, static_cast<std::uint32_t>(i)};
+        std::push_heap(heap.begin(), heap.end(), greater);
+      }
+    }
+    for (std::uint64_t j = 0; j < k; ++j) {
+      idx[j] = heap[j].second;
+      val[j] = b.x[heap[j].second];
+    }
+    return true;
+  });
+  hp.median_s = th.median_s;
+  hp.runs = th.runs;
+  hp.bytes_per_element = topk_bpe;
+  hp.ratio = ne.ratio;
+  hp.rel_error = topk_error();
+  st.add(hp);
+
+  // CGX: per bucket of 512, one pass for min/max, one to quantize to 4 bits (nearest).
+  constexpr std::uint64_t bucket = 512;
+  const std::uint64_t buckets = (n + bucket - 1) / bucket;
+  std::vector<float> lo(buckets), hi(buckets);
+  std::vector<std::uint8_t> packed((n + 1) / 2);
+  record mm = base("minmax:bits=4,bucket=512", "cgx_minmax4");
+  const timing tm = time_op(st.min_runs, [&] {
+    for (std::uint64_t g = 0; g < buckets; ++g) {
+      const std::uint64_t e = std::min(n, (g + 1) * bucket);
+      float mn = b.x[g * bucket], mx = mn;
+      for (std::uint64_t i = g * bucket + 1; i < e; ++i) {
+        mn = std::min(mn, b.x[i]);
+        mx = std::max(mx, b.x[i]);
+      }
+      lo[g] = mn;
+      hi[g] = mx;
+    }
+    std::fill(packed.begin(), packed.end(), std::uint8_t{0});
+    for (std::uint64_t g = 0; g < buckets; ++g) {
+      const std::uint64_t e = std::min(n, (g + 1) * bucket);
+      const float range = hi[g] - lo[g];
+      const float inv = range > 0 ? 15.0f / range : 0.0f;
+      for (std::uint64_t i = g * bucket; i < e; ++i) {
+        const auto q = static_cast<std::uint8_t>((b.x[i] - lo[g]) * inv + 0.5f);
+        packed[i / 2] |= static_cast<std::uint8_t>(q << (4 * (i % 2)));
+      }
+    }
+    return true;
+  });
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t g = i / bucket;
+    const float q = static_cast<float>((packed[i / 2] >> (4 * (i % 2))) & 15);
+    b.out[i] = lo[g] + q * ((hi[g] - lo[g]) / 15.0f);
+  }
+  const double mm_bytes = static_cast<double>(packed.size() + 8 * buckets);
+  mm.median_s = tm.median_s;
+  mm.runs = tm.runs;
+  mm.bytes_per_element = 4.0 + mm_bytes / static_cast<double>(n);
+  mm.ratio = in_bytes / mm_bytes;
+  mm.rel_error = rel_error(b.out.data(), b.x);
+  st.add(mm);
+}
+
+//! rows for PowerSGD: the largest divisor of n not above sqrt(n) (a near-square matrix).
+std::uint64_t matrix_rows(std::uint64_t n) {
+  auto r = static_cast<std::uint64_t>(std::sqrt(static_cast<double>(n)));
+  while (r > 1 && n % r != 0) --r;
+  return std::max<std::uint64_t>(r, 1);
+}
+
+std::string note_of(const status& s, const target& t) {
+  if (s.code() == status_code::backend_unavailable)
+    return "not implemented on backend " + std::string(backend_name(t.where));
+  return "error: " + std::string(status_code_name(s.code())) + ": " + s.message();
+}
+
+//! The four operations of one codec on one target; rows for each.
+void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& t) {
+  const std::uint64_t n = b.x.size();
+  const std::uint64_t rows = spec.id == codec_id::powersgd ? matrix_rows(n) : 0;
+  const int shown_threads =
+      t.where == backend::reference ? 1 : (t.threads > 0 ? t.threads : cpu_default_threads());
+  const std::string name = to_string(spec);
+  const auto base = [&](bench_op op) {
+    record r;
+    r.codec = name;
+    r.backend = std::string(backend_name(t.where));
+    r.isa = t.isa;
+    r.threads = shown_threads;
+    r.n = n;
+    r.op = std::string(bench_op_name(op));
+    return r;
+  };
+  const auto all_note = [&](const std::string& note) {
+    for (const bench_op op :
+         {bench_op::encode, bench_op::decode, bench_op::decode_accumulate, bench_op::encode_ef}) {
+      record r = base(op);
+      r.note = note;
+      st.add(r);
+    }
+  };
+
+  exec_options opt;
+  opt.where = t.where;
+  opt.threads = t.threads;
+  const const_tensor_view in{b.x.data(), n, dtype::f32, rows};
+  std::size_t ws = 0;
+  for (const operation op : {operation::encode, operation::encode_with_feedback, operation::decode,
+                             operation::decode_accumulate}) {
+    auto w = workspace_size(spec, in, op, opt);
+    if (!w) {
+      if (w.error().code() != status_code::backend_unavailable) ++st.failed;
+      all_note(note_of(w.error(), t));
+      return;
+    }
+    ws = std::max(ws, w.value());
+  }
+  if (b.workspace.size() < ws) b.workspace.assign(ws, std::byte{0});
+  opt.workspace = b.workspace;
+  const std::uint64_t bound = encode_bound(spec, n, dtype::f32, rows);
+  if (b.frame.size() < bound) b.frame.assign(bound, std::byte{0});
+  const context ctx{1, 0, 0};
+
+  // Encode; every later operation reads its frame.
+  std::size_t frame_bytes = 0;
+  status failure;
+  const timing te = time_op(st.min_runs, [&] {
+    auto w = encode(spec, ctx, in, b.frame, opt);
+    if (!w) {
+      failure = w.error();
+      return false;
+    }
+    frame_bytes = w.value();
+    return true;
+  });
+  if (te.runs == 0) {
+    if (failure.code() != status_code::backend_unavailable) ++st.failed;
+    all_note(note_of(failure, t));
+    return;
+  }
+  const const_bytes frame{b.frame.data(), frame_bytes};
+  auto h = peek(frame);
+  if (!h) {
+    ++st.failed;
+    all_note(note_of(h.error(), t));
+    return;
+  }
+  const bool sparse = spec.id == codec_id::topk || spec.id == codec_id::dgc ||
+                      spec.id == codec_id::randomk || spec.id == codec_id::threshold;
+  const std::uint64_t kept = sparse ? h.value().count : n;
+  const double ratio = 4.0 * static_cast<double>(n) / static_cast<double>(frame_bytes);
+  const tensor_view out{b.out.data(), n, dtype::f32, rows};
+  const tensor_view acc{b.acc.data(), n, dtype::f32, rows};
+  const tensor_view residual{b.residual.data(), n, dtype::f32, rows};
+
+  const auto finish = [&](bench_op op, const timing& tm, double err) {
+    record r = base(op);
+    if (tm.runs == 0) {
+      if (failure.code() != status_code::backend_unavailable) ++st.failed;
+      r.note = note_of(failure, t);
+    } else {
+      r.median_s = tm.median_s;
+      r.runs = tm.runs;
+      r.bytes_per_element = bytes_per_element(spec.id, op, n, frame_bytes, kept);
+      r.ratio = ratio;
+      r.rel_error = err;
+    }
+    st.add(r);
+  };
+
+  const timing td = time_op(st.min_runs, [&] {
+    const status s = decode(frame, out, opt);
+    if (!s.ok()) failure = s;
+    return s.ok();
+  });
+  const double err = td.runs > 0 ? rel_error(b.out.data(), b.x) : 0.0;
+  finish(bench_op::encode, te, err);
+  finish(bench_op::decode, td, err);
+
+  std::fill(b.acc.begin(), b.acc.end(), 0.0f);
+  const timing ta = time_op(st.min_runs, [&] {
+    const status s = decode_accumulate(frame, acc, 1.0f, opt);
+    if (!s.ok()) failure = s;
+    return s.ok();
+  });
+  finish(bench_op::decode_accumulate, ta, err);
+
+  // The residual starts at zero and carries over between runs, as in training.
+  std::fill(b.residual.begin(), b.residual.end(), 0.0f);
+  const timing tf = time_op(st.min_runs, [&] {
+    auto w = encode_with_feedback(spec, ctx, in, residual, b.frame, opt);
+    if (!w) failure = w.error();
+    return w.ok();
+  });
+  finish(bench_op::encode_ef, tf, err);
+}
+
+std::vector<backend> backends_from(const parsed_args& args, bool& reference_named) {
+  std::vector<backend> out;
+  reference_named = false;
+  if (!args.has("backend")) {
+    if (backend_available(backend::cpu)) out.push_back(backend::cpu);
+    out.push_back(backend::reference);
+    return out;
+  }
+  for (const auto& name : split_list("--backend", *args.get("backend"))) {
+    auto b = backend_from_name(name);
+    if (!b) usage_fail(std::string("--backend: ") + b.error().message());
+    if (b.value() == backend::cuda)
+      usage_fail("--backend: bench measures host memory; cuda is not benchmarked here");
+    if (!backend_available(b.value()))
+      fail("backend '" + name +
+           "' is not available (not built into this gradcodec, or no device present)");
+    if (b.value() == backend::reference) reference_named = true;
+    if (std::find(out.begin(), out.end(), b.value()) == out.end()) out.push_back(b.value());
+  }
+  return out;
+}
+
+std::vector<cpu_isa> isas_from(const parsed_args& args) {
+  std::vector<cpu_isa> out;
+  if (!args.has("isa")) {
+    for (const cpu_isa i : {cpu_isa::scalar, cpu_isa::avx2, cpu_isa::avx512})
+      if (cpu_isa_supported(i)) out.push_back(i);
+    return out;
+  }
+  for (const auto& name : split_list("--isa", *args.get("isa"))) {
+    auto i = cpu_isa_from_name(name);
+    if (!i) usage_fail(std::string("--isa: ") + i.error().message());
+    if (!cpu_isa_supported(i.value()))
+      fail("--isa: '" + name + "' is not supported by this build or CPU");
+    if (std::find(out.begin(), out.end(), i.value()) == out.end()) out.push_back(i.value());
+  }
+  return out;
+}
+
+}  // namespace
+
+const command_spec bench_spec{
+    "bench",
+    "",
+    "Benchmarks codecs on gradient-like f32 data: for each size, codec, backend, CPU ISA and\n"
+    "thread count, the median time of encode, decode, decode_accumulate and fused\n"
+    "error-feedback encode (encode_ef); effective GB/s by the bytes model of\n"
+    "docs/performance.md; that as a % of a memcpy measured in the same run; compression\n"
+    "ratio (f32 bytes / frame bytes); relative L2 error of decode.",
+    "Baselines, single-threaded, on the same data: memcpy and a read-only sum (the roofline),\n"
+    "std::nth_element and binary-heap (BytePS) top-k at ratio 0.01, and a two-pass min-max\n"
+    "4-bit quantizer with buckets of 512 (CGX). Each time is the median of at least --repeat\n"
+    "runs after a warm-up (more runs, up to 100, while they total under 0.2 s).\n"
+    "A codec a backend does not implement gets a row note, not a failure; other failures\n"
+    "are noted in their row and make the exit status 1.\n\n"
+    "With --allreduce (under mpirun) it times compressed allreduce over MPI instead, beside\n"
+    "dense MPI_Allreduce in fp32 and bf16; docs/tool.md describes its defaults, table and\n"
+    "JSON.\n\n"
+    "examples:\n"
+    "  gradcodec bench\n"
+    "  gradcodec bench --sizes 2^20 --codecs topk:ratio=0.01,minmax:bits=4 --json out.json\n"
+    "  mpirun -np 4 gradcodec bench --allreduce --sizes 2^24 --json allreduce.json\n",
+    bench_options,
+    0};
+
+int run_bench(const parsed_args& args) {
+  if (args.has("allreduce")) return run_bench_allreduce(args);
+  std::vector<std::uint64_t> sizes;
+  for (const auto& s : split_list("--sizes", args.get("sizes").value_or("2^20,2^24,2^26")))
+    sizes.push_back(parse_size(s));
+  const std::uint64_t min_runs = args.get_u64("repeat", 5);
+  if (min_runs < 5) usage_fail("--repeat: must be at least 5");
+  std::vector<codec_spec> specs;
+  const std::vector<std::string> names =
+      split_codecs(args.has("codecs") ? args.all("codecs") : std::vector<std::string>{"all"});
+  for (const auto& n : names) {
+    if (n != "all") {
+      specs.push_back(spec_from_text("--codecs", n));
+      continue;
+    }
+    for (const auto& c : all_codecs()) specs.push_back(make_spec(c.id));
+  }
+  std::vector<int> threads;
+  for (const auto& t : split_list("--threads", args.get("threads").value_or("0"))) {
+    const std::uint64_t v = parse_u64("--threads", t);
+    if (v > 1024) usage_fail("--threads: '" + t + "' is above 1024");
+    threads.push_back(static_cast<int>(v));
+  }
+  bool reference_named = false;
+  const std::vector<backend> backends = backends_from(args, reference_named);
+  const std::vector<cpu_isa> isas = isas_from(args);
+  const auto json = args.get("json");
+
+  std::vector<target> targets;
+  for (const backend b : backends) {
+    if (b == backend::reference) {
+      targets.push_back({b, "-", 0});
+      continue;
+    }
+    for (const cpu_isa i : isas)
+      for (const int t : threads) targets.push_back({b, std::string(cpu_isa_name(i)), t});
+  }
+
+  const cpu_isa initial_isa = cpu_isa_active();
+  std::cout << "gradcodec bench: f32 gradient-like data, median of >= " << min_runs
+            << " runs after a warm-up; GB/s by the bytes model (docs/performance.md);\n"
+            << "%memcpy against the memcpy of the same size in this run. Library default "
+               "threads: "
+            << cpu_default_threads() << "\n";
+  constexpr std::uint64_t slow_limit = std::uint64_t{1} << 24;
+  run_state st;
+  st.min_runs = min_runs;
+  for (const auto& s : specs) st.out.width = std::max(st.out.width, to_string(s).size() + 2);
+  for (const std::uint64_t n : sizes) {
+    std::cout << "\nn = " << size_name(n) << " (" << n << " elements, "
+              << strprintf("%.1f", 4.0 * static_cast<double>(n) / (1 << 20)) << " MiB)\n";
+    buffers b;
+    b.x.resize(n);
+    fill_gradient(b.x);
+    b.out.assign(n, 0.0f);
+    b.acc.assign(n, 0.0f);
+    b.residual.assign(n, 0.0f);
+    st.out.header();
+    run_baselines(st, b);
+    bool skipped_reference = false, skipped_scalar = false;
+    for (const auto& t : targets) {
+      if (t.where == backend::reference && n > slow_limit && !reference_named) {
+        skipped_reference = true;
+        continue;
+      }
+      if (t.isa == "scalar" && n > slow_limit && !args.has("isa")) {
+        skipped_scalar = true;
+        continue;
+      }
+      if (t.where != backend::reference) {
+        auto i = cpu_isa_from_name(t.isa);
+        if (!i || !set_cpu_isa(i.value()).ok()) fail("cannot select CPU ISA '" + t.isa + "'");
+      }
+      for (const auto& spec : specs) run_codec(st, b, spec, t);
+    }
+    if (skipped_reference)
+      std::cout << "(reference backend skipped above 2^24: slow; name it in --backend to "
+                   "include it)\n";
+    if (skipped_scalar)
+      std::cout << "(scalar CPU ISA skipped above 2^24: slow; name it in --isa to include it)\n";
+  }
+  static_cast<void>(set_cpu_isa(initial_isa));
+  if (json) {
+    write_json(*json, st.records);
+    std::cout << "\nwrote " << *json << "\n";
+  }
+  if (st.failed > 0)
+    fail(std::to_string(st.failed) + " measurement" + (st.failed > 1 ? "s" : "") +
+         " failed (see the table)");
+  return 0;
+}
+
+}  // namespace gradcodec::tool
