@@ -9,6 +9,17 @@
 
 using mask16 = std::uint16_t;
 
+// The 16-lane helpers are always inlined in the SIMD variants: an out-of-line call passes
+// vectors through memory and costs a vzeroupper (GCC left vstore_bf16 out of line, which
+// made bf16 stores slower than scalar code). The scalar variant keeps plain inline: its
+// helpers are 16-iteration loops, and forcing them inline multiplies its compile time.
+#undef GRADCODEC_VINLINE
+#if GRADCODEC_CPU_LEVEL == 0
+#define GRADCODEC_VINLINE inline
+#else
+#define GRADCODEC_VINLINE inline __attribute__((always_inline))
+#endif
+
 #if GRADCODEC_CPU_LEVEL == 2
 struct vf16 {
   __m512 v;

@@ -20,10 +20,5 @@
 #define GRADCODEC_TARGET_END GRADCODEC_PRAGMA(GCC pop_options)
 #endif
 
-//! The 16-lane helpers of simd-inl.hpp: always inlined, since an out-of-line call passes
-//! vectors through memory and costs a vzeroupper (GCC left some out of line, which made
-//! bf16 stores slower than scalar code).
-#define GRADCODEC_VINLINE inline __attribute__((always_inline))
-
 #define GRADCODEC_TARGET_AVX2 "avx2,fma,f16c,bmi,bmi2,lzcnt,popcnt"
 #define GRADCODEC_TARGET_AVX512 GRADCODEC_TARGET_AVX2 ",avx512f,avx512bw,avx512vl,avx512dq"

@@ -133,11 +133,31 @@ status check_workspace(std::size_t need, const exec_options& opt) {
   return {};
 }
 
+//! Whether the byte ranges [a, a + an) and [b, b + bn) share a byte.
+bool overlaps(const void* a, std::uint64_t an, const void* b, std::uint64_t bn) {
+  if (an == 0 || bn == 0) return false;
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return x < y + bn && y < x + an;
+}
+std::uint64_t byte_size(const_tensor_view v) { return v.n * dtype_size(v.type); }
+
+//! Buffers a call reads while it writes another must be disjoint: the kernels stream and
+//! run on several threads, so an overlap would give results that depend on the schedule.
+status check_disjoint(const void* a, std::uint64_t an, std::string_view a_name, const void* b,
+                      std::uint64_t bn, std::string_view b_name) {
+  if (!overlaps(a, an, b, bn)) return {};
+  return invalid(std::string("the ").append(a_name).append(" overlaps the ").append(b_name));
+}
+
 status check_encode_args(const codec_spec& spec, const_tensor_view in, mutable_bytes out) {
   if (auto st = validate(spec); !st.ok()) return st;
   if (auto st = check_view(in, "input"); !st.ok()) return st;
   if (out.size() < header_bytes)
     return {status_code::output_too_small, "output smaller than the 48-byte header"};
+  if (auto st =
+          check_disjoint(out.data(), out.size(), "output buffer", in.data, byte_size(in), "input");
+      !st.ok())
+    return st;
   if (spec.nonfinite == nonfinite_policy::error && any_nonfinite(in))
     return {status_code::nonfinite_input, "input holds NaN or Inf (nonfinite=error)"};
   return {};
@@ -304,6 +324,10 @@ status decode_common(const_bytes frame, tensor_view out, float alpha, bool accum
                                             .append(" bytes, header says ")
                                             .append(std::to_string(h.frame_bytes()))};
   if (auto st = check_view(out, "output"); !st.ok()) return st;
+  if (auto st =
+          check_disjoint(out.data, byte_size(out), "output", frame.data(), frame.size(), "frame");
+      !st.ok())
+    return st;
   if (out.n != h.n)
     return {status_code::shape_mismatch, std::string("output has ")
                                              .append(std::to_string(out.n))
@@ -337,6 +361,14 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
                                          mutable_bytes out, const exec_options& opt) noexcept {
   if (auto st = check_encode_args(spec, grad, out); !st.ok()) return st;
   if (auto st = check_view(residual, "residual"); !st.ok()) return st;
+  if (auto st = check_disjoint(residual.data, byte_size(residual), "residual", grad.data,
+                               byte_size(grad), "gradient");
+      !st.ok())
+    return st;
+  if (auto st = check_disjoint(residual.data, byte_size(residual), "residual", out.data(),
+                               out.size(), "output buffer");
+      !st.ok())
+    return st;
   if (residual.n != grad.n)
     return status{status_code::shape_mismatch, "residual and gradient differ in length"};
   if (spec.nonfinite == nonfinite_policy::error && any_nonfinite(residual))
