@@ -104,7 +104,8 @@ struct shifted {
   shifted(const tensor& t, std::size_t offset) : storage(t.bytes.size() + 128) {
     auto base = reinterpret_cast<std::uintptr_t>(storage.data());
     auto* p = storage.data() + ((64 - base % 64) % 64) + offset;
-    std::memcpy(p, t.bytes.data(), t.bytes.size());
+    if (!t.bytes.empty())
+      std::memcpy(p, t.bytes.data(), t.bytes.size());  // n = 0: data() may be null
     v = {p, t.n, t.type, t.rows};
   }
   std::vector<std::byte> bytes() const {
