@@ -13,6 +13,7 @@
 
 #include "../src/backend.hpp"
 #include "../src/scalar_values.hpp"
+#include "gradcodec/blocks/bytes.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/blocks/pairwise.hpp"
@@ -35,16 +36,8 @@ inline void emit(const detail::decode_call& c, std::uint64_t i, float x) {
 using detail::get_value;
 using detail::put_value;
 
-template <class T>
-void put(std::byte* at, T v) {
-  std::memcpy(at, &v, sizeof v);
-}
-template <class T>
-T get(const std::byte* at) {
-  T v;
-  std::memcpy(&v, at, sizeof v);
-  return v;
-}
+using blocks::get;
+using blocks::put;
 
 //! Sum of one 256-value chunk: 16 strided lanes, folded 8, 4, 2, 1.
 template <class Term>
@@ -100,8 +93,6 @@ inline std::uint32_t get_bits(const std::byte* stream, std::uint64_t i, std::uin
   }
   return v;
 }
-
-using detail::sparse_count;
 
 inline status too_small() {
   return {status_code::output_too_small, "output buffer too small for the payload"};

@@ -5,7 +5,6 @@
 //! a backend's codec functions may rely on that and only check the payload itself.
 #pragma once
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -66,16 +65,6 @@ struct backend_table {
   const char* name;
   codec_ops codecs[codec_count];
 };
-
-//! k of docs/codecs.md "Counts": the elements a topk / dgc / randomk frame of n carries.
-inline std::uint64_t sparse_count(const codec_spec& s, std::uint64_t n) {
-  if (n == 0) return 0;
-  const std::uint64_t k =
-      s.k > 0 ? s.k
-              : std::max<std::uint64_t>(
-                    1, static_cast<std::uint64_t>(s.ratio * static_cast<double>(n)));
-  return std::min(k, n);
-}
 
 const backend_table& reference_backend() noexcept;
 //! Null when the backend is not built (or, for CUDA, no device is present).

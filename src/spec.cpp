@@ -3,6 +3,7 @@
 //! Spec strings: the table of codecs and parameters, parsing, validation, printing.
 #include "gradcodec/spec.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -226,6 +227,15 @@ codec_spec make_spec(codec_id id) noexcept {
     default: break;
   }
   return s;
+}
+
+std::uint64_t sparse_count(const codec_spec& s, std::uint64_t n) noexcept {
+  if (n == 0) return 0;
+  const std::uint64_t k =
+      s.k > 0 ? s.k
+              : std::max<std::uint64_t>(
+                    1, static_cast<std::uint64_t>(s.ratio * static_cast<double>(n)));
+  return std::min(k, n);
 }
 
 status validate(const codec_spec& s) {

@@ -88,4 +88,21 @@ std::string json_string(const std::string& s) {
 
 std::string json_number(double v) { return std::isfinite(v) ? strprintf("%.9g", v) : "null"; }
 
+void fill_gradient(std::vector<float>& x, std::uint64_t stream) {
+  std::uint64_t s = 0x9e3779b97f4a7c15ull ^ stream * 0xd1b54a32d192ed03ull;
+  const auto next = [&s] {
+    s += 0x9e3779b97f4a7c15ull;
+    std::uint64_t z = s;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  };
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::uint64_t r = next();
+    float u = -2.0f;
+    for (int j = 0; j < 4; ++j) u += static_cast<float>((r >> (16 * j)) & 0xffff) * 0x1p-16f;
+    x[i] = u * ((i % 64 == 7) ? 1e-2f : 1e-3f);
+  }
+}
+
 }  // namespace gradcodec::tool

@@ -32,4 +32,9 @@ std::string json_string(const std::string& s);
 //! A JSON number ("%.9g"), or null when not finite.
 std::string json_number(double v);
 
+//! Gradient-like data: a sum of four uniforms (near Gaussian), one element in 64 ten times
+//! larger for a heavy tail, from a fixed integer hash so every run sees the same values.
+//! stream 0 is the data of `gradcodec bench`; bench --allreduce gives rank r stream r + 1.
+void fill_gradient(std::vector<float>& x, std::uint64_t stream = 0);
+
 }  // namespace gradcodec::tool

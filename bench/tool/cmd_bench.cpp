@@ -57,25 +57,6 @@ constexpr std::array bench_options{
 
 using clock_type = std::chrono::steady_clock;
 
-//! Gradient-like data: a sum of four uniforms (near Gaussian), one element in 64 ten times
-//! larger for a heavy tail; a fixed integer hash so every run sees the same values.
-void fill_gradient(std::vector<float>& x) {
-  std::uint64_t s = 0x9e3779b97f4a7c15ull;
-  const auto next = [&s] {
-    s += 0x9e3779b97f4a7c15ull;
-    std::uint64_t z = s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const std::uint64_t r = next();
-    float u = -2.0f;
-    for (int j = 0; j < 4; ++j) u += static_cast<float>((r >> (16 * j)) & 0xffff) * 0x1p-16f;
-    x[i] = u * ((i % 64 == 7) ? 1e-2f : 1e-3f);
-  }
-}
-
 //! One warm-up call, then at least `min_runs` timed calls and more while they add up to
 //! under 0.2 s (at most 100): the median of them. `body` returns false on failure.
 struct timing {

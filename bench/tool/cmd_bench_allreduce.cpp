@@ -145,26 +145,6 @@ class mpi_session {
   bool owned_ = false;
 };
 
-//! The gradient of `rank`: the data of `gradcodec bench` (a sum of four uniforms, one
-//! element in 64 ten times larger) from a hash keyed by the rank, so ranks differ.
-void fill_gradient(std::vector<float>& x, int rank) {
-  std::uint64_t s =
-      0x9e3779b97f4a7c15ull ^ (static_cast<std::uint64_t>(rank) + 1) * 0xd1b54a32d192ed03ull;
-  const auto next = [&s] {
-    s += 0x9e3779b97f4a7c15ull;
-    std::uint64_t z = s;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  };
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const std::uint64_t r = next();
-    float u = -2.0f;
-    for (int j = 0; j < 4; ++j) u += static_cast<float>((r >> (16 * j)) & 0xffff) * 0x1p-16f;
-    x[i] = u * ((i % 64 == 7) ? 1e-2f : 1e-3f);
-  }
-}
-
 //! The tensors PowerSGD factorises: a model-shaped layout of n elements. d = the largest
 //! power of two in [16, 1024] with 16 d^2 <= n; L = max(1, floor(0.75 n / 12 d^2))
 //! transformer blocks of 3d x d (qkv), d x d (projection), 4d x d and d x 4d (MLP); an
@@ -390,7 +370,7 @@ void allreduce_bench::run_size(std::uint64_t n) {
               << size_ << (size_ == 1 ? " rank\n" : " ranks\n");
   size_buffers b;
   b.in.resize(n);
-  fill_gradient(b.in, me_);
+  fill_gradient(b.in, static_cast<std::uint64_t>(me_) + 1);
   b.out.assign(n, 0.0f);
   b.reference.assign(n, 0.0f);
   b.half_in.assign(n, 0);

@@ -38,20 +38,10 @@ class allgather_program final : public program {
       timer t(r.times, &phase_times::encode_s);
       const const_tensor_view in = slice(r.in, g.offset, g.len, g.rows);
       const context fctx = frame_context(r, role_worker, i, 0);
-      const mutable_bytes dst{send + block_header, cap};
-      result<std::size_t> written = std::size_t{0};
-      if (r.error_feedback) {
-        const tensor_view res = f32_view(r.st.worker_residual.data() + g.offset, g.len, g.rows);
-        auto ws = codec_scratch(r, r.cfg.spec, in, operation::encode_with_feedback);
-        if (!r.failed()) written = encode_with_feedback(r.cfg.spec, fctx, in, res, dst, r.exec(ws));
-      } else {
-        auto ws = codec_scratch(r, r.cfg.spec, in, operation::encode);
-        if (!r.failed()) written = encode(r.cfg.spec, fctx, in, dst, r.exec(ws));
-      }
-      if (!written)
-        r.fail(written.error());
-      else
-        bytes = written.value();
+      const tensor_view res = r.error_feedback
+                                  ? f32_view(r.st.worker_residual.data() + g.offset, g.len, g.rows)
+                                  : tensor_view{};
+      bytes = encode_frame(r, fctx, in, res, {send + block_header, cap});
     }
     if (r.failed()) bytes = 0;
     put_block(send, r.poison, bytes);

@@ -29,6 +29,16 @@ std::string_view reduce_op_name(reduce_op op) noexcept {
   return "?";
 }
 
+status communicator::check_allgatherv(std::uint64_t send_bytes,
+                                      std::span<const std::uint64_t> recv_bytes) const {
+  if (recv_bytes.size() != static_cast<std::size_t>(size()))
+    return {status_code::invalid_argument, "allgatherv: recv_bytes needs one entry per rank"};
+  if (recv_bytes[static_cast<std::size_t>(rank())] != send_bytes)
+    return {status_code::invalid_argument,
+            "allgatherv: send_bytes differs from this rank's recv_bytes entry"};
+  return {};
+}
+
 status communicator::wait_all(std::span<request> reqs) {
   status first;
   for (request& r : reqs) {

@@ -139,6 +139,22 @@ std::span<std::byte> codec_scratch(run& r, const codec_spec& spec, const_tensor_
   return {r.ws.scratch.reserve(need.value()), need.value()};
 }
 
+std::uint64_t encode_frame(run& r, const context& fctx, const_tensor_view in, tensor_view residual,
+                           mutable_bytes dst) {
+  const bool feedback = residual.data != nullptr;
+  auto ws = codec_scratch(r, r.cfg.spec, in,
+                          feedback ? operation::encode_with_feedback : operation::encode);
+  if (r.failed()) return 0;
+  const result<std::size_t> written =
+      feedback ? encode_with_feedback(r.cfg.spec, fctx, in, residual, dst, r.exec(ws))
+               : encode(r.cfg.spec, fctx, in, dst, r.exec(ws));
+  if (!written) {
+    r.fail(written.error());
+    return 0;
+  }
+  return written.value();
+}
+
 context frame_context(const run& r, std::uint64_t role, std::uint64_t segment,
                       std::uint64_t chunk) {
   // Random-k must pick the same indices on every rank; other codecs decorrelate ranks.

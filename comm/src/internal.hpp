@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "gradcodec/blocks/bytes.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/comm/allreduce.hpp"
 
@@ -111,16 +112,8 @@ inline tensor_view f32_view(float* p, std::uint64_t n, std::uint64_t rows = 0) {
   return {p, n, dtype::f32, rows};
 }
 
-template <class T>
-void put(std::byte* at, T v) {
-  std::memcpy(at, &v, sizeof v);
-}
-template <class T>
-T get(const std::byte* at) {
-  T v;
-  std::memcpy(&v, at, sizeof v);
-  return v;
-}
+using blocks::get;
+using blocks::put;
 
 // --- hashing and derived contexts ----------------------------------------------------------
 
@@ -205,6 +198,11 @@ status failure_status(std::uint64_t word);
 //! Codec scratch for one operation, or a failure recorded on the run.
 std::span<std::byte> codec_scratch(run& r, const codec_spec& spec, const_tensor_view shape,
                                    operation op);
+
+//! Encodes `in` into dst, with error feedback on `residual` when it has data (the worker's
+//! or the server's residual). The frame's bytes; 0 with the failure recorded on the run.
+std::uint64_t encode_frame(run& r, const context& fctx, const_tensor_view in, tensor_view residual,
+                           mutable_bytes dst);
 
 //! The context of a frame of this run (randomk frames share it across ranks).
 context frame_context(const run& r, std::uint64_t role, std::uint64_t segment, std::uint64_t chunk);

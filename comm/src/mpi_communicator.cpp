@@ -170,11 +170,7 @@ status mpi_communicator::iallgather(const void* send, std::uint64_t send_bytes, 
 status mpi_communicator::iallgatherv(const void* send, std::uint64_t send_bytes, void* recv,
                                      std::span<const std::uint64_t> recv_bytes, request& req) {
   req = request{};
-  if (recv_bytes.size() != static_cast<std::size_t>(size_))
-    return {status_code::invalid_argument, "allgatherv: recv_bytes needs one entry per rank"};
-  if (recv_bytes[static_cast<std::size_t>(rank_)] != send_bytes)
-    return {status_code::invalid_argument,
-            "allgatherv: send_bytes differs from this rank's recv_bytes entry"};
+  if (auto st = check_allgatherv(send_bytes, recv_bytes); !st.ok()) return st;
   std::uint64_t bits = 0, largest = 0;
   scan(recv_bytes, bits, largest);
   const unit_plan u = plan_units(bits, largest);

@@ -114,11 +114,7 @@ status nccl_communicator::iallgather(const void* send, std::uint64_t send_bytes,
 status nccl_communicator::iallgatherv(const void* send, std::uint64_t send_bytes, void* recv,
                                       std::span<const std::uint64_t> recv_bytes, request& req) {
   req = request{};
-  if (recv_bytes.size() != static_cast<std::size_t>(size_))
-    return {status_code::invalid_argument, "allgatherv: recv_bytes needs one entry per rank"};
-  if (recv_bytes[static_cast<std::size_t>(rank_)] != send_bytes)
-    return {status_code::invalid_argument,
-            "allgatherv: send_bytes differs from this rank's recv_bytes entry"};
+  if (auto st = check_allgatherv(send_bytes, recv_bytes); !st.ok()) return st;
   if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return nccl_failed(r, "ncclGroupStart");
   std::uint64_t off = 0;
   ncclResult_t first = ncclSuccess;

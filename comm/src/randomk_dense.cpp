@@ -23,16 +23,6 @@ class randomk_program final : public program {
   }
 
  private:
-  //! k of docs/codecs.md ("Counts"): every rank computes it, even one whose encode failed.
-  static std::uint64_t count(const run& r, std::uint64_t n) {
-    const codec_spec& sp = r.cfg.spec;
-    if (n == 0) return 0;
-    const std::uint64_t k =
-        sp.k > 0 ? sp.k
-                 : std::max<std::uint64_t>(
-                       1, static_cast<std::uint64_t>(sp.ratio * static_cast<double>(n)));
-    return std::min(k, n);
-  }
   static std::uint64_t vsize(const run& r) { return dtype_size(r.in.type); }
   static std::uint64_t values_at() {
     return header_bytes + blocks::randomk_layout_of(0, 4).values_offset;
@@ -41,27 +31,19 @@ class randomk_program final : public program {
   status scatter(run& r, std::uint64_t i, slot& s) {
     const segment g = r.seg(i);
     const auto w = static_cast<std::size_t>(r.world);
-    const std::uint64_t k = count(r, g.len), vs = vsize(r);
+    const std::uint64_t k = sparse_count(r.cfg.spec, g.len), vs = vsize(r);
     const std::uint64_t cap = encode_bound(r.cfg.spec, g.len, r.in.type);
     std::byte* frame = s.frame.reserve(cap);
     if (!r.failed()) {
       timer t(r.times, &phase_times::encode_s);
       const const_tensor_view in = slice(r.in, g.offset, g.len);
       const context fctx = frame_context(r, role_worker, i, 0);
-      result<std::size_t> written = std::size_t{0};
-      if (r.error_feedback) {
-        const tensor_view res = f32_view(r.st.worker_residual.data() + g.offset, g.len);
-        auto ws = codec_scratch(r, r.cfg.spec, in, operation::encode_with_feedback);
-        if (!r.failed())
-          written = encode_with_feedback(r.cfg.spec, fctx, in, res, {frame, cap}, r.exec(ws));
-      } else {
-        auto ws = codec_scratch(r, r.cfg.spec, in, operation::encode);
-        if (!r.failed()) written = encode(r.cfg.spec, fctx, in, {frame, cap}, r.exec(ws));
-      }
-      if (!written) {
-        r.fail(written.error());
-      } else {
-        auto h = peek({frame, written.value()});
+      const tensor_view res = r.error_feedback
+                                  ? f32_view(r.st.worker_residual.data() + g.offset, g.len)
+                                  : tensor_view{};
+      const std::uint64_t written = encode_frame(r, fctx, in, res, {frame, cap});
+      if (!r.failed()) {
+        auto h = peek({frame, written});
         if (!h || h.value().count != k || h.value().type != r.in.type)
           r.fail(
               {status_code::internal_error, "randomk frame does not hold the expected k values"});
@@ -94,7 +76,7 @@ class randomk_program final : public program {
     if (auto st = wait(r, s.req); !st.ok()) return st;
     const segment g = r.seg(i);
     const auto w = static_cast<std::size_t>(r.world);
-    const std::uint64_t k = count(r, g.len), vs = vsize(r);
+    const std::uint64_t k = sparse_count(r.cfg.spec, g.len), vs = vsize(r);
     const range mine = chunk_of(k, 1, r.world, r.me);
     for (std::size_t q = 0; q < w; ++q)
       (void)read_block(r, s.recv.data() + q * (block_header + mine.len * vs), mine.len * vs);
@@ -130,7 +112,7 @@ class randomk_program final : public program {
     if (auto st = wait(r, s.req); !st.ok()) return st;
     const segment g = r.seg(i);
     const auto w = static_cast<std::size_t>(r.world);
-    const std::uint64_t k = count(r, g.len), vs = vsize(r);
+    const std::uint64_t k = sparse_count(r.cfg.spec, g.len), vs = vsize(r);
     std::byte* frame = s.frame.data();
     std::uint64_t at = 0;
     for (std::size_t c = 0; c < w; ++c) {

@@ -51,21 +51,10 @@ class two_phase_program final : public program {
       src = {p, ch.len, dtype::f32, 0};
     }
     const context fctx = frame_context(r, role_worker, i, static_cast<std::uint64_t>(d));
-    result<std::size_t> written = std::size_t{0};
-    if (r.error_feedback) {
-      const tensor_view res = f32_view(r.st.worker_residual.data() + g.offset + ch.begin, ch.len);
-      auto ws = codec_scratch(r, r.cfg.spec, src, operation::encode_with_feedback);
-      if (!r.failed())
-        written = encode_with_feedback(r.cfg.spec, fctx, src, res, {dst, cap}, r.exec(ws));
-    } else {
-      auto ws = codec_scratch(r, r.cfg.spec, src, operation::encode);
-      if (!r.failed()) written = encode(r.cfg.spec, fctx, src, {dst, cap}, r.exec(ws));
-    }
-    if (!written) {
-      r.fail(written.error());
-      return 0;
-    }
-    return r.failed() ? 0 : written.value();
+    const tensor_view res =
+        r.error_feedback ? f32_view(r.st.worker_residual.data() + g.offset + ch.begin, ch.len)
+                         : tensor_view{};
+    return encode_frame(r, fctx, src, res, {dst, cap});
   }
 
   status scatter(run& r, std::uint64_t i, slot& s) {
@@ -175,22 +164,11 @@ class two_phase_program final : public program {
       }
       if (!r.failed()) {
         const context fctx = frame_context(r, role_server, i, static_cast<std::uint64_t>(r.me));
-        const mutable_bytes dst{send + block_header, scap};
-        result<std::size_t> written = std::size_t{0};
-        if (server_feedback(r)) {
-          const std::uint64_t full = chunk_of(r.seg_len, r.unit, r.world, r.me).len;
-          const tensor_view res = f32_view(r.st.server_residual.data() + i * full, mine.len);
-          auto ews = codec_scratch(r, r.cfg.spec, accv, operation::encode_with_feedback);
-          if (!r.failed())
-            written = encode_with_feedback(r.cfg.spec, fctx, accv, res, dst, r.exec(ews));
-        } else {
-          auto ews = codec_scratch(r, r.cfg.spec, accv, operation::encode);
-          if (!r.failed()) written = encode(r.cfg.spec, fctx, accv, dst, r.exec(ews));
-        }
-        if (!written)
-          r.fail(written.error());
-        else
-          bytes = written.value();
+        const std::uint64_t full = chunk_of(r.seg_len, r.unit, r.world, r.me).len;
+        const tensor_view res = server_feedback(r)
+                                    ? f32_view(r.st.server_residual.data() + i * full, mine.len)
+                                    : tensor_view{};
+        bytes = encode_frame(r, fctx, accv, res, {send + block_header, scap});
       }
     }
     if (r.failed()) bytes = 0;

@@ -12,8 +12,6 @@
 
 __extension__ typedef unsigned __int128 sparse_u128;
 
-using detail::sparse_count;
-
 inline sparse_sink sparse_sink_of(const detail::encode_call& c, const blocks::sparse_layout& pl) {
   return {c.payload + pl.values_offset, c.payload + pl.index_offset, c.wire,
           (c.hdr.flags & flag_index64) != 0, nullptr};

@@ -69,6 +69,10 @@ codec_spec make_spec(codec_id id) noexcept;
 //! Parses "name[:key=value[,key=value...]]". Errors name the codec, key or value at fault.
 result<codec_spec> parse_spec(std::string_view text);
 
+//! k of docs/codecs.md "Counts": the values a topk, dgc or randomk frame of n elements
+//! carries (k, or ratio * n but at least 1, never more than n; 0 for n = 0).
+std::uint64_t sparse_count(const codec_spec& spec, std::uint64_t n) noexcept;
+
 //! Checks ranges and combinations (the same checks parse_spec applies).
 status validate(const codec_spec& spec);
 

@@ -128,6 +128,12 @@ class communicator {
   //! Collective: ranks passing the same color form a new communicator, ordered by (key,
   //! rank). A negative color takes part without joining one (out becomes null).
   virtual status split(int color, int key, std::unique_ptr<communicator>& out) = 0;
+
+ protected:
+  //! The argument checks every iallgatherv shares: one recv_bytes entry per rank, and this
+  //! rank's entry equal to send_bytes (invalid_argument otherwise).
+  [[nodiscard]] status check_allgatherv(std::uint64_t send_bytes,
+                                        std::span<const std::uint64_t> recv_bytes) const;
 };
 
 //! The two levels of a hierarchical allreduce: `intra` holds the ranks of one node (its
