@@ -261,26 +261,29 @@ struct vu16 {
 };
 
 #define GRADCODEC_LANES for (int j = 0; j < 16; ++j)
+// Memory goes through memcpy: kernels may hand in f32 pointers into a byte buffer (a payload
+// after its header) that are not 4-byte aligned, which the SIMD levels' unaligned loads
+// accept and a plain scalar access would make undefined.
 GRADCODEC_VINLINE vf16 vload(const float* p) {
   vf16 r;
-  GRADCODEC_LANES r.v[j] = p[j];
+  std::memcpy(r.v, p, sizeof r.v);
   return r;
 }
 GRADCODEC_VINLINE vf16 vload_n(const float* p, unsigned n) {
   vf16 r{};
-  for (unsigned j = 0; j < n; ++j) r.v[j] = p[j];
+  std::memcpy(r.v, p, n * sizeof(float));
   return r;
 }
-GRADCODEC_VINLINE void vstore(float* p, vf16 a) { GRADCODEC_LANES p[j] = a.v[j]; }
+GRADCODEC_VINLINE void vstore(float* p, vf16 a) { std::memcpy(p, a.v, sizeof a.v); }
 GRADCODEC_VINLINE void vstore_n(float* p, vf16 a, unsigned n) {
-  for (unsigned j = 0; j < n; ++j) p[j] = a.v[j];
+  std::memcpy(p, a.v, n * sizeof(float));
 }
 GRADCODEC_VINLINE vu16 vload_u(const std::uint32_t* p) {
   vu16 r;
-  GRADCODEC_LANES r.v[j] = p[j];
+  std::memcpy(r.v, p, sizeof r.v);
   return r;
 }
-GRADCODEC_VINLINE void vstore_u(std::uint32_t* p, vu16 a) { GRADCODEC_LANES p[j] = a.v[j]; }
+GRADCODEC_VINLINE void vstore_u(std::uint32_t* p, vu16 a) { std::memcpy(p, a.v, sizeof a.v); }
 GRADCODEC_VINLINE vf16 vset1(float x) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = x;
@@ -384,21 +387,28 @@ GRADCODEC_VINLINE float vfold(vf16 a) {
     for (int j = 0; j < h; ++j) a.v[j] = a.v[j] + a.v[j + h];
   return a.v[0];
 }
-GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) {
-  vf16 r;
-  GRADCODEC_LANES r.v[j] = blocks::f16_to_f32(p[j]);
-  return r;
-}
-GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
-  GRADCODEC_LANES p[j] = blocks::f32_to_f16(a.v[j]);
-}
 GRADCODEC_VINLINE vu16 vload_u16(const std::uint16_t* p) {
+  std::uint16_t h[16];
+  std::memcpy(h, p, sizeof h);
   vu16 r;
-  GRADCODEC_LANES r.v[j] = p[j];
+  GRADCODEC_LANES r.v[j] = h[j];
   return r;
 }
 GRADCODEC_VINLINE void vstore_u16(std::uint16_t* p, vu16 a) {
-  GRADCODEC_LANES p[j] = static_cast<std::uint16_t>(a.v[j]);
+  std::uint16_t h[16];
+  GRADCODEC_LANES h[j] = static_cast<std::uint16_t>(a.v[j]);
+  std::memcpy(p, h, sizeof h);
+}
+GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) {
+  const vu16 h = vload_u16(p);
+  vf16 r;
+  GRADCODEC_LANES r.v[j] = blocks::f16_to_f32(static_cast<std::uint16_t>(h.v[j]));
+  return r;
+}
+GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
+  vu16 h;
+  GRADCODEC_LANES h.v[j] = blocks::f32_to_f16(a.v[j]);
+  vstore_u16(p, h);
 }
 #undef GRADCODEC_LANES
 #endif
@@ -432,6 +442,11 @@ GRADCODEC_VINLINE vu16 vselect_nan(vf16 a, vu16 if_nan, vu16 otherwise) {
   return r;
 }
 #endif
+
+//! NaN lanes become detail::canonical_nan_bits: what every decoder writes.
+GRADCODEC_VINLINE vf16 vcanonical_nan(vf16 a) {
+  return vfrombits(vselect_nan(a, vset1u(detail::canonical_nan_bits), vbits(a)));
+}
 
 //! bf16 widening is exact: the 16 bits become the top of an f32.
 GRADCODEC_VINLINE vf16 vload_bf16(const std::uint16_t* p) {

@@ -28,9 +28,10 @@ inline void store(tensor_view v, std::uint64_t i, float x) {
   detail::store_value(v.data, v.type, i, x);
 }
 
-//! Writes decoded value x at i: plain store, or acc = fma(alpha, x, acc) when accumulating.
+//! Writes decoded value x at i: plain store, or acc = fma(alpha, x, acc) when accumulating;
+//! a NaN is written as the canonical NaN.
 inline void emit(const detail::decode_call& c, std::uint64_t i, float x) {
-  store(c.out, i, c.accumulate ? std::fma(c.alpha, x, load(c.out, i)) : x);
+  store(c.out, i, detail::canonical_nan(c.accumulate ? std::fma(c.alpha, x, load(c.out, i)) : x));
 }
 
 using detail::get_value;

@@ -14,6 +14,16 @@
 
 namespace gradcodec::detail {
 
+//! Every NaN a decoder writes is this quiet NaN (docs/guarantees.md): the sign and payload
+//! of a NaN computed from two NaN operands follow operand order, which compilers, libm and
+//! GPUs choose differently, so backends could not agree bit for bit otherwise.
+inline constexpr std::uint32_t canonical_nan_bits = 0x7FC00000u;
+
+inline float canonical_nan(float x) {
+  if (x != x) std::memcpy(&x, &canonical_nan_bits, 4);
+  return x;
+}
+
 inline float load_value(const void* base, dtype t, std::uint64_t i) {
   switch (t) {
     case dtype::f16: return blocks::f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);

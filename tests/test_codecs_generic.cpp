@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -146,8 +147,12 @@ TEST_P(EveryCodec, ErrorFeedbackLeavesPMinusDecodedAndEncodesP) {
 TEST_P(EveryCodec, NonFiniteInputStaysVisible) {
   const auto s = spec();
   if (GetParam().n < 7) GTEST_SKIP() << "needs a few elements";
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
-                    -std::numeric_limits<float>::infinity()}) {
+  float odd_nan;  // a NaN with the sign bit and a payload: decoders write the canonical NaN
+  const std::uint32_t odd_nan_bits = 0xFFC01234u;
+  std::memcpy(&odd_nan, &odd_nan_bits, 4);
+  for (float bad :
+       {std::numeric_limits<float>::quiet_NaN(), odd_nan, std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity()}) {
     for (std::uint64_t pos : {std::uint64_t{0}, GetParam().n - 1, std::uint64_t{512}}) {
       if (pos >= GetParam().n) continue;
       tensor x = input();
@@ -157,8 +162,24 @@ TEST_P(EveryCodec, NonFiniteInputStaysVisible) {
       tensor y = tensor::zeros(x.n, gc::dtype::f32, x.rows);
       ASSERT_TRUE(gc::test::decode_vec(f.value(), y.mview()).ok());
       bool seen = false;
-      for (std::uint64_t i = 0; i < x.n; ++i) seen |= !std::isfinite(y.get(i));
+      for (std::uint64_t i = 0; i < x.n; ++i) {
+        seen |= !std::isfinite(y.get(i));
+        ASSERT_TRUE(gc::test::same_bits(y.get(i), gc::test::as_decoded(y.get(i))))
+            << "non-canonical NaN decoded at " << i;
+      }
+      // Accumulating into an output that holds the odd NaN: two NaN operands, one result
+      // (random-k leaves an element it did not send as it was).
       const bool flagged = (gc::peek(f.value()).value().flags & gc::flag_nonfinite) != 0;
+      if (s.id != gc::codec_id::randomk || flagged) {
+        tensor acc = tensor::zeros(x.n, gc::dtype::f32, x.rows);
+        acc.set(pos, odd_nan);
+        ASSERT_TRUE(
+            gc::test::decode_vec(f.value(), acc.mview(), gc::backend::reference, true, 0.5f).ok());
+        EXPECT_TRUE(std::isnan(acc.get(pos)));
+        for (std::uint64_t i = 0; i < x.n; ++i)
+          ASSERT_TRUE(gc::test::same_bits(acc.get(i), gc::test::as_decoded(acc.get(i))))
+              << "non-canonical NaN accumulated at " << i;
+      }
       if (s.id == gc::codec_id::randomk) {
         // Random-k reads only the values it sends (docs/guarantees.md): visible when sent.
         EXPECT_EQ(seen, flagged);

@@ -16,6 +16,7 @@
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/philox.hpp"
 #include "gradcodec/gradcodec.hpp"
+#include "support/data.hpp"
 
 namespace gc = gradcodec;
 
@@ -164,11 +165,12 @@ std::vector<std::byte> sparse_payload(const std::vector<float>& v,
   return p;
 }
 
-//! The dense decode of a sparse selection: wire-rounded values at idx, +0.0 elsewhere.
+//! The dense decode of a sparse selection: wire-rounded values at idx (NaN canonical), +0.0
+//! elsewhere.
 std::vector<float> sparse_dense(const std::vector<float>& v, const std::vector<std::uint64_t>& idx,
                                 gc::dtype wire) {
   std::vector<float> d(v.size(), 0.0f);
-  for (auto i : idx) d[i] = through(v[i], wire);
+  for (auto i : idx) d[i] = gc::test::as_decoded(through(v[i], wire));
   return d;
 }
 

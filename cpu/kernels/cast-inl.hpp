@@ -79,13 +79,13 @@ inline status cast_decode(const detail::decode_call& c) {
     for (; i + 16 <= end; i += 16) {
       vf16 v = vload_any(c.payload, half, i);
       if (c.accumulate) v = vfma(alpha, v, vload_any(c.out.data, c.out.type, i));
-      vstore_any(c.out.data, c.out.type, i, v);
+      vstore_any(c.out.data, c.out.type, i, vcanonical_nan(v));
     }
     if (i < end) {
       const unsigned r = static_cast<unsigned>(end - i);
       vf16 v = vload_any_n(c.payload, half, i, r);
       if (c.accumulate) v = vfma(alpha, v, vload_any_n(c.out.data, c.out.type, i, r));
-      vstore_any_n(c.out.data, c.out.type, i, v, r);
+      vstore_any_n(c.out.data, c.out.type, i, vcanonical_nan(v), r);
     }
   });
   return {};

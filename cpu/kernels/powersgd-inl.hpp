@@ -721,7 +721,7 @@ struct psgd_sink_decode {
                                         vf16 o) const {
     const std::uint64_t k = i * cols + j;
     if (accumulate) o = vfma(vset1(alpha), o, psgd_load_any(out.data, out.type, k, cnt));
-    psgd_store_any(out.data, out.type, k, o, cnt);
+    psgd_store_any(out.data, out.type, k, vcanonical_nan(o), cnt);
   }
 };
 
@@ -739,7 +739,8 @@ struct psgd_sink_finish {
   }
 };
 
-//! Fused error feedback: residual = M - o (residual's dtype).
+//! Fused error feedback: residual = M - decode(frame) (residual's dtype), where the decoded
+//! value o has its NaNs canonical, as in the generic composition.
 template <class Src>
 struct psgd_sink_feedback {
   Src m;
@@ -747,7 +748,8 @@ struct psgd_sink_feedback {
   std::uint64_t cols;
   GRADCODEC_PSGD_INLINE void operator()(std::uint64_t i, std::uint64_t j, unsigned cnt,
                                         vf16 o) const {
-    psgd_store_any(residual.data, residual.type, i * cols + j, m.load(i, j, cnt) - o, cnt);
+    psgd_store_any(residual.data, residual.type, i * cols + j,
+                   m.load(i, j, cnt) - vcanonical_nan(o), cnt);
   }
 };
 

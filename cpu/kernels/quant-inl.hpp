@@ -531,11 +531,11 @@ inline void quant_decode_task(const K& k, const detail::decode_call& c,
       if (base >= s && base + 16 <= e) {
         vf16 x = k.dequant(unpack16<Bits>(codes + at), d);
         if (stream) {
-          vstream(static_cast<float*>(c.out.data) + base, x);
+          vstream(static_cast<float*>(c.out.data) + base, vcanonical_nan(x));
           continue;
         }
         if (c.accumulate) x = vfma(alpha, x, quant_vload(c.out.data, c.out.type, base));
-        quant_vstore(c.out.data, c.out.type, base, x);
+        quant_vstore(c.out.data, c.out.type, base, vcanonical_nan(x));
         continue;
       }
       const auto lo = static_cast<unsigned>(s > base ? s - base : 0);
@@ -554,10 +554,10 @@ inline void quant_decode_task(const K& k, const detail::decode_call& c,
         vf16 x = carry;
         if (avail == 16) {
           if (c.accumulate) x = vfma(alpha, x, vload_any(c.out.data, c.out.type, base));
-          vstore_any(c.out.data, c.out.type, base, x);
+          vstore_any(c.out.data, c.out.type, base, vcanonical_nan(x));
         } else {
           if (c.accumulate) x = vfma(alpha, x, vload_any_n(c.out.data, c.out.type, base, avail));
-          vstore_any_n(c.out.data, c.out.type, base, x, avail);
+          vstore_any_n(c.out.data, c.out.type, base, vcanonical_nan(x), avail);
         }
         carry = vzero();
       }

@@ -41,6 +41,7 @@ inline mask16 keep_lowest(mask16 m, std::uint64_t r) {
 
 // ---- Element access -----------------------------------------------------------------
 
+using detail::canonical_nan;
 using detail::get_value;
 using detail::load_value;
 using detail::put_value;

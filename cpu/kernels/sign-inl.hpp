@@ -35,10 +35,10 @@ struct sign_values {
   vf16 neg, pos;
 };
 inline sign_values sign_values_of(const float* scale, bool onebit) {
-  if (onebit) return {vset1(scale[0]), vset1(scale[1])};
-  // A NaN scale (non-finite bucket) decodes as itself whatever the bit; else -s flips the
-  // sign bit, as the reference's negation.
-  const float s = scale[0];
+  if (onebit) return {vset1(canonical_nan(scale[0])), vset1(canonical_nan(scale[1]))};
+  // A NaN scale (non-finite bucket) decodes as the canonical NaN whatever the bit; else -s
+  // flips the sign bit, as the reference's negation.
+  const float s = canonical_nan(scale[0]);
   return {vset1(std::isnan(s) ? s : -s), vset1(s)};
 }
 
@@ -336,11 +336,11 @@ inline void sign_emit(void* out, vf16 alpha, std::uint64_t i, unsigned cnt, vf16
     if constexpr (Stream) {
       vstream(static_cast<float*>(out) + i, x);
     } else {
-      if constexpr (Acc) x = vfma(alpha, x, vload_typed<O>(out, i));
+      if constexpr (Acc) x = vcanonical_nan(vfma(alpha, x, vload_typed<O>(out, i)));
       vstore_typed<O>(out, i, x);
     }
   } else {
-    if constexpr (Acc) x = vfma(alpha, x, vload_typed_n<O>(out, i, cnt));
+    if constexpr (Acc) x = vcanonical_nan(vfma(alpha, x, vload_typed_n<O>(out, i, cnt)));
     vstore_typed_n<O>(out, i, x, cnt);
   }
 }

@@ -195,7 +195,7 @@ inline status sparse_decode(const detail::decode_call& c) {
         const std::uint64_t i = index_at(j);
         const float x = get_value(values + j * vsize, wire);
         store_value(c.out.data, c.out.type, i,
-                    std::fma(c.alpha, x, load_value(c.out.data, c.out.type, i)));
+                    canonical_nan(std::fma(c.alpha, x, load_value(c.out.data, c.out.type, i))));
       }
     });
     return {};
@@ -217,7 +217,7 @@ inline status sparse_decode(const detail::decode_call& c) {
       const std::uint64_t se = std::min(e, sb + 4096);
       std::memset(out + sb * osize, 0, (se - sb) * osize);
       for (std::uint64_t i; j < k && (i = index_at(j)) < se; ++j)
-        store_value(c.out.data, c.out.type, i, get_value(values + j * vsize, wire));
+        store_value(c.out.data, c.out.type, i, canonical_nan(get_value(values + j * vsize, wire)));
     }
   });
   return {};
@@ -549,8 +549,10 @@ inline status randomk_decode(const detail::decode_call& c) {
       for (unsigned q = 0; q < bt.count; ++q, ++j) {
         const float x = get_value(values + j * vsize, wire);
         const std::uint64_t i = bt.index[q];
-        store_value(c.out.data, c.out.type, i,
-                    c.accumulate ? std::fma(c.alpha, x, load_value(c.out.data, c.out.type, i)) : x);
+        store_value(
+            c.out.data, c.out.type, i,
+            canonical_nan(c.accumulate ? std::fma(c.alpha, x, load_value(c.out.data, c.out.type, i))
+                                       : x));
       }
     });
   });

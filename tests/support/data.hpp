@@ -67,6 +67,14 @@ struct tensor {
 
 inline bool same_bits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
 
+//! What a decoder writes for x: every NaN becomes the quiet NaN 0x7FC00000.
+inline float as_decoded(float x) {
+  if (!std::isnan(x)) return x;
+  const std::uint32_t canonical = 0x7FC00000u;
+  std::memcpy(&x, &canonical, 4);
+  return x;
+}
+
 //! A byte buffer with poisoned guard zones on both sides, to catch writes out of bounds.
 struct guarded {
   static constexpr std::size_t guard = 64;
