@@ -167,11 +167,18 @@ std::uint64_t read_block(run& r, const std::byte* at, std::uint64_t capacity) {
   const auto word = get<std::uint64_t>(at);
   const auto bytes = get<std::uint64_t>(at + 8);
   if (word != 0) {
+    // A word that error_word() cannot have made is garbage from the wire, not a report.
+    const std::uint64_t code = word & 0xFF, rank = (word & ~(std::uint64_t{1} << 63)) >> 8;
+    if ((word >> 63) == 0 || code == 0 ||
+        code > static_cast<std::uint64_t>(status_code::internal_error) || rank > max_rank) {
+      r.fail({status_code::corrupt_frame, "received a corrupt block header"});
+      return 0;
+    }
     r.note(word);
     return 0;
   }
   if (bytes > capacity) {
-    r.fail({status_code::comm_error, "received a block header longer than its block"});
+    r.fail({status_code::corrupt_frame, "received a block header longer than its block"});
     return 0;
   }
   return bytes;

@@ -190,6 +190,8 @@ struct run {
   [[nodiscard]] status outcome() const;
 };
 
+//! The largest rank an error word can name (read_block rejects words beyond it as garbage).
+inline constexpr std::uint64_t max_rank = (std::uint64_t{1} << 31) - 1;
 //! The error word of a failure: bit 63, the failing rank (bits 8..62), the status code.
 std::uint64_t error_word(int rank, status_code code) noexcept;
 //! comm_error naming the failing rank and its code (success for word 0).

@@ -36,6 +36,32 @@ void add(std::vector<scenario>& v, scenario s) { v.push_back(std::move(s)); }
 
 }  // namespace
 
+const void* corrupting_communicator::outgoing(const void* send, std::uint64_t bytes) {
+  if (rank() != bad_ || ++calls_ != nth_ || bytes == 0) return send;
+  const auto* p = static_cast<const std::byte*>(send);
+  garbled_.assign(p, p + bytes);
+  for (auto& b : garbled_) b ^= std::byte{0x5A};
+  corrupted_ = true;
+  return garbled_.data();
+}
+
+gc::status corrupting_communicator::iallgatherv(const void* send, std::uint64_t send_bytes,
+                                                void* recv,
+                                                std::span<const std::uint64_t> recv_bytes,
+                                                gcc::request& req) {
+  return inner_.iallgatherv(outgoing(send, send_bytes), send_bytes, recv, recv_bytes, req);
+}
+
+gc::status corrupting_communicator::ialltoallv(const void* send,
+                                               std::span<const std::uint64_t> send_bytes,
+                                               void* recv,
+                                               std::span<const std::uint64_t> recv_bytes,
+                                               gcc::request& req) {
+  std::uint64_t total = 0;
+  for (auto b : send_bytes) total += b;
+  return inner_.ialltoallv(outgoing(send, total), send_bytes, recv, recv_bytes, req);
+}
+
 std::vector<float> make_grad(std::uint64_t n, int rank, int step, float scale) {
   std::vector<float> g(n);
   for (std::uint64_t i = 0; i < n; ++i) {

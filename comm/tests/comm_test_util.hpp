@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,45 @@ rank_result run_scenario(gcc::communicator& comm, const scenario& sc);
 
 //! The same scenario simulated on `world` threads; one result per rank.
 std::vector<rank_result> simulate(const scenario& sc, int world);
+
+//! A communicator that forwards to `inner` but, on rank `bad`, garbles what it sends in its
+//! `nth` byte-moving collective (allgather(v) or alltoallv, counted from 1): every byte is
+//! XORed with 0x5A, as a faulty NIC or a bug on that rank would. Split is not supported.
+class corrupting_communicator final : public gcc::communicator {
+ public:
+  corrupting_communicator(gcc::communicator& inner, int bad, int nth)
+      : inner_(inner), bad_(bad), nth_(nth) {}
+  int rank() const noexcept override { return inner_.rank(); }
+  int size() const noexcept override { return inner_.size(); }
+  std::string_view name() const noexcept override { return inner_.name(); }
+  gc::status iallgatherv(const void* send, std::uint64_t send_bytes, void* recv,
+                         std::span<const std::uint64_t> recv_bytes, gcc::request& req) override;
+  gc::status ialltoallv(const void* send, std::span<const std::uint64_t> send_bytes, void* recv,
+                        std::span<const std::uint64_t> recv_bytes, gcc::request& req) override;
+  gc::status iallreduce(const void* send, void* recv, std::uint64_t count, gcc::element_type type,
+                        gcc::reduce_op op, gcc::request& req) override {
+    return inner_.iallreduce(send, recv, count, type, op, req);
+  }
+  gc::status ibroadcast(void* buf, std::uint64_t bytes, int root, gcc::request& req) override {
+    return inner_.ibroadcast(buf, bytes, root, req);
+  }
+  gc::status wait(gcc::request& req) override { return inner_.wait(req); }
+  gc::status barrier() override { return inner_.barrier(); }
+  gc::status split(int, int, std::unique_ptr<gcc::communicator>&) override {
+    return {gc::status_code::invalid_argument, "corrupting_communicator cannot split"};
+  }
+  //! Whether this rank has garbled a send yet.
+  bool corrupted() const noexcept { return corrupted_; }
+
+ private:
+  //! The bytes to send: `send` itself, or a garbled copy kept alive until the next call.
+  const void* outgoing(const void* send, std::uint64_t bytes);
+
+  gcc::communicator& inner_;
+  int bad_, nth_, calls_ = 0;
+  bool corrupted_ = false;
+  std::vector<std::byte> garbled_;
+};
 
 //! 64-bit FNV-1a of the output bytes of every step (and of the saved state when asked):
 //! outputs must agree across ranks, states are per rank.

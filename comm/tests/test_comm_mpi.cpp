@@ -238,6 +238,35 @@ TEST(MpiFaults, EncodeFailureOnOneRankFailsEveryRank) {
   }
 }
 
+TEST(MpiFaults, CorruptBytesFromOneRankFailEveryRankWithoutHanging) {
+  // The last rank garbles its n-th send; every rank returns an error and the communicator
+  // stays usable (a rank left inside a collective would hang the barrier below).
+  const int bad_rank = world->size() - 1;
+  for (auto how : {gcc::strategy::allgather, gcc::strategy::two_phase}) {
+    for (const char* spec : {"topk:ratio=0.1", "qsgd:levels=7,bucket=64"}) {
+      for (int nth : {1, 2, 3}) {
+        comm_test::corrupting_communicator bad(*world, bad_rank, nth);
+        gcc::allreduce_config cfg;
+        cfg.spec = gc::parse_spec(spec).value();
+        cfg.how = how;
+        cfg.where = gc::backend::reference;
+        cfg.segment_elements = 256;
+        cfg.pipeline = true;
+        auto g = make_grad(1000, world->rank(), 0, 1.0f);
+        gcc::allreduce_state state;
+        gcc::workspace ws;
+        const status st =
+            gcc::allreduce(bad, cfg, {1, 0, 0}, gc::view(std::as_const(g)), gc::view(g), state, ws);
+        const auto garbled = gather(bad.corrupted() ? 1u : 0u);
+        if (garbled[static_cast<std::size_t>(bad_rank)] != 0) {
+          EXPECT_FALSE(st.ok()) << spec << " send " << nth << ": a result from garbage";
+        }
+        EXPECT_TRUE(world->barrier().ok());
+      }
+    }
+  }
+}
+
 //! Prints only failures (with the rank) on ranks other than 0.
 class failure_printer : public testing::EmptyTestEventListener {
  public:

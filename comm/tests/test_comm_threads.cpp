@@ -711,6 +711,53 @@ TEST(Faults, EncodeFailureOnOneRankFailsEveryRankWithoutHanging) {
   }
 }
 
+TEST(Faults, CorruptBytesFromOneRankFailEveryRankWithoutHanging) {
+  // Rank 1 garbles its n-th send (a block header, a frame header, codes, indices): every
+  // rank returns an error (none hangs, none returns a result built from the garbage).
+  struct fault_case {
+    const char* spec;
+    gcc::strategy how;
+  };
+  for (const auto& fc : {fault_case{"topk:ratio=0.1", gcc::strategy::allgather},
+                         fault_case{"topk:ratio=0.1", gcc::strategy::two_phase},
+                         fault_case{"threshold:tau=0.5", gcc::strategy::two_phase},
+                         fault_case{"qsgd:levels=7,bucket=64", gcc::strategy::two_phase},
+                         fault_case{"sign:bucket=64", gcc::strategy::majority_vote},
+                         fault_case{"powersgd:rank=2", gcc::strategy::dense}}) {
+    for (int nth : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(fc.spec) + " " + std::string(gcc::strategy_name(fc.how)) + " send " +
+                   std::to_string(nth));
+      std::vector<int> garbled(3, 0);
+      auto st = gcc::run_threads(3, [&](gcc::communicator& c) -> status {
+        corrupting_communicator bad(c, 1, nth);
+        auto cfg = config(fc.spec, fc.how);
+        cfg.segment_elements = 256;
+        cfg.pipeline = true;
+        const std::uint64_t n = 1000;
+        auto g = make_grad(n, c.rank(), 0, 1.0f);
+        gcc::allreduce_state state;
+        gcc::workspace ws;
+        const gc::const_tensor_view in{g.data(), n, gc::dtype::f32,
+                                       fc.how == gcc::strategy::dense ? 20u : 0u};
+        std::vector<float> out(n);
+        const status s = gcc::allreduce(bad, cfg, {1, 0, 0}, in,
+                                        {out.data(), n, gc::dtype::f32, in.rows}, state, ws);
+        garbled[static_cast<std::size_t>(c.rank())] = bad.corrupted() ? 1 : 0;
+        return s;
+      });
+      if (garbled[1] == 0) continue;  // this call made fewer than nth sends from rank 1
+      for (int r = 0; r < 3; ++r) {
+        const status& e = st[static_cast<std::size_t>(r)];
+        EXPECT_FALSE(e.ok()) << "rank " << r << " returned a result";
+        // Garbage is reported as garbage, never read as another rank's error report.
+        EXPECT_TRUE(e.code() == status_code::corrupt_frame || e.code() == status_code::comm_error)
+            << "rank " << r << ": " << e.message();
+        EXPECT_EQ(std::string(e.message()).find("(unknown)"), std::string::npos) << e.message();
+      }
+    }
+  }
+}
+
 TEST(Faults, FailureInsideOneNodeOfAHierarchyReachesEveryRank) {
   for (const char* spec : {"qsgd:levels=7,bucket=64,nonfinite=error", "fp16:nonfinite=error"}) {
     auto st = gcc::run_threads(6, [&](gcc::communicator& c) -> status {
