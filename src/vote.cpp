@@ -4,19 +4,21 @@
 #include "gradcodec/vote.hpp"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/frame.hpp"
+#include "scalar_values.hpp"
 
 namespace gradcodec {
 namespace {
-
-constexpr std::uint32_t canonical_nan_bits = 0x7FC00000u;
 
 //! A status whose message names the offending frame (no allocation: status keeps it inline).
 status frame_error(status_code code, std::size_t index, const char* what) {
@@ -25,13 +27,20 @@ status frame_error(status_code code, std::size_t index, const char* what) {
   return {code, msg};
 }
 
-void store(tensor_view v, std::uint64_t i, float x) {
-  switch (v.type) {
-    case dtype::f32: static_cast<float*>(v.data)[i] = x; break;
-    case dtype::f16: static_cast<std::uint16_t*>(v.data)[i] = blocks::f32_to_f16(x); break;
-    case dtype::bf16: static_cast<std::uint16_t*>(v.data)[i] = blocks::f32_to_bf16(x); break;
+//! The at most three values a vote writes (alpha, -alpha or alpha * 0, and the canonical
+//! NaN), encoded once in the output's dtype.
+struct vote_values {
+  std::byte bits[4][4];  // [0] positive sum, [1] negative sum, [2] tie, [3] poisoned bucket
+  std::uint64_t size;
+  void set(int which, float x, dtype t) {
+    switch (t) {
+      case dtype::f32: std::memcpy(bits[which], &x, 4); return;
+      case dtype::f16: put16(which, blocks::f32_to_f16(x)); return;
+      case dtype::bf16: put16(which, blocks::f32_to_bf16(x)); return;
+    }
   }
-}
+  void put16(int which, std::uint16_t h) { std::memcpy(bits[which], &h, 2); }
+};
 
 float scale_of(const_bytes frame, const blocks::bucket_layout& l, std::uint64_t b) {
   float s;
@@ -39,9 +48,65 @@ float scale_of(const_bytes frame, const blocks::bucket_layout& l, std::uint64_t 
   return s;
 }
 
-bool negative_bit(const_bytes frame, const blocks::bucket_layout& l, std::uint64_t i) {
-  const auto byte = static_cast<std::uint8_t>(frame[header_bytes + l.codes_offset + i / 8]);
-  return ((byte >> (i % 8)) & 1u) != 0;
+//! Code bits of elements [i, i + 56) of a frame (fewer at the end of the stream), bit j
+//! for element i + j: the stream is LSB-first, so a little-endian load shifted by i % 8.
+std::uint64_t bits_at(const std::byte* codes, std::uint64_t code_bytes, std::uint64_t i) {
+  const std::uint64_t at = i / 8;
+  std::uint64_t w = 0;
+  std::memcpy(&w, codes + at, std::min<std::uint64_t>(8, code_bytes - at));
+  if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);
+  return w >> (i % 8);
+}
+
+//! Byte j of spread[b] is bit j of b: adding spread[bits] to a u64 counts eight elements'
+//! bits at once, one byte counter each (SWAR).
+constexpr std::array<std::uint64_t, 256> make_spread() {
+  std::array<std::uint64_t, 256> t{};
+  for (unsigned b = 0; b < 256; ++b)
+    for (unsigned j = 0; j < 8; ++j) t[b] |= static_cast<std::uint64_t>((b >> j) & 1u) << (8 * j);
+  return t;
+}
+constexpr std::array<std::uint64_t, 256> spread = make_spread();
+
+//! Votes elements [begin, end) of one bucket into dst, whose elements are Word-sized. The
+//! elements go in runs of up to 56: one 64-bit load per frame gives a run's bits. With at
+//! most 255 frames the negative signs are counted in byte counters, eight elements per
+//! addition; with more, one u32 counter per element.
+template <class Word>
+void vote_bucket(std::span<const const_bytes> frames, const blocks::bucket_layout& l,
+                 const vote_values& v, std::uint64_t begin, std::uint64_t end, std::byte* dst) {
+  constexpr std::uint64_t run = 56;
+  Word value[3];
+  for (int k = 0; k < 3; ++k) std::memcpy(&value[k], v.bits[k], sizeof(Word));
+  const auto votes = static_cast<std::uint64_t>(frames.size());
+  for (std::uint64_t i = begin; i < end; i += run) {
+    const auto len = static_cast<unsigned>(std::min(run, end - i));
+    std::uint32_t neg[run];
+    if (votes <= 255) {
+      std::uint64_t lanes[run / 8] = {};
+      for (const const_bytes& frame : frames) {
+        const std::uint64_t w =
+            bits_at(frame.data() + header_bytes + l.codes_offset, l.codes_bytes, i);
+        for (unsigned k = 0; k < run / 8; ++k) lanes[k] += spread[(w >> (8 * k)) & 0xFFu];
+      }
+      for (unsigned j = 0; j < run; ++j)
+        neg[j] = static_cast<std::uint32_t>((lanes[j / 8] >> (8 * (j % 8))) & 0xFFu);
+    } else {
+      for (auto& c : neg) c = 0;
+      for (const const_bytes& frame : frames) {
+        const std::uint64_t w =
+            bits_at(frame.data() + header_bytes + l.codes_offset, l.codes_bytes, i);
+        for (unsigned j = 0; j < run; ++j) neg[j] += static_cast<std::uint32_t>((w >> j) & 1u);
+      }
+    }
+    // sum = votes - 2 * neg: positive when 2 * neg < votes, negative above, 0 at a tie.
+    Word out[run];
+    for (unsigned j = 0; j < run; ++j) {
+      const std::uint64_t twice = std::uint64_t{2} * neg[j];
+      out[j] = twice < votes ? value[0] : twice > votes ? value[1] : value[2];
+    }
+    std::memcpy(dst + i * sizeof(Word), out, len * sizeof(Word));
+  }
 }
 
 }  // namespace
@@ -76,24 +141,27 @@ status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out,
     return {status_code::shape_mismatch, "output length differs from the frames' element count"};
 
   const blocks::bucket_layout l = blocks::bucket_layout_of(n, bucket, 1, 1);
-  float nan;
-  std::memcpy(&nan, &canonical_nan_bits, 4);
+  vote_values v{};
+  v.size = dtype_size(out.type);
+  v.set(0, alpha * 1.0f, out.type);
+  v.set(1, alpha * -1.0f, out.type);
+  v.set(2, alpha * 0.0f, out.type);
+  v.set(3, detail::canonical_nan(std::numeric_limits<float>::quiet_NaN()), out.type);
+  auto* dst = static_cast<std::byte*>(out.data);
   for (std::uint64_t b = 0; b < l.buckets; ++b) {
     const std::uint64_t begin = b * bucket;
     const std::uint64_t end = std::min(n, begin + bucket);
     bool poisoned = false;
     for (const const_bytes& frame : frames)
       poisoned = poisoned || std::isnan(scale_of(frame, l, b));
-    for (std::uint64_t i = begin; i < end; ++i) {
-      if (poisoned) {
-        store(out, i, nan);
-        continue;
-      }
-      std::int64_t c = 0;
-      for (const const_bytes& frame : frames) c += negative_bit(frame, l, i) ? -1 : 1;
-      const float s = c > 0 ? 1.0f : c < 0 ? -1.0f : 0.0f;
-      store(out, i, alpha * s);
+    if (poisoned) {
+      for (std::uint64_t i = begin; i < end; ++i) std::memcpy(dst + i * v.size, v.bits[3], v.size);
+      continue;
     }
+    if (v.size == 4)
+      vote_bucket<std::uint32_t>(frames, l, v, begin, end, dst);
+    else
+      vote_bucket<std::uint16_t>(frames, l, v, begin, end, dst);
   }
   return {};
 }

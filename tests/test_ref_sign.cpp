@@ -475,6 +475,36 @@ std::vector<std::byte> sign_frame_of(const std::vector<int>& signs, std::uint32_
 
 }  // namespace
 
+TEST(Vote, CountsEveryElementAcrossWordAndBucketBoundaries) {
+  // Long inputs whose buckets start at every bit offset, with 1 to 256 voters: each element's
+  // result is the sign of (positive votes - negative votes), from the signs themselves.
+  const std::size_t n = 3001;
+  std::uint64_t state = 12345;
+  auto next_sign = [&] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return (state >> 33) % 2 == 0 ? 1 : -1;
+  };
+  for (std::uint32_t bucket : {37u, 64u, 100u, 3001u}) {
+    for (std::size_t voters : {1u, 2u, 5u, 9u, 256u}) {  // 256: past the byte counters
+      std::vector<std::vector<int>> signs(voters, std::vector<int>(n));
+      std::vector<std::vector<std::byte>> f;
+      for (auto& v : signs) {
+        for (auto& x : v) x = next_sign();
+        f.push_back(sign_frame_of(v, bucket));
+      }
+      const std::vector<gc::const_bytes> frames(f.begin(), f.end());
+      std::vector<float> out(n, 99.0f);
+      ASSERT_TRUE(gc::sign_majority_vote(frames, gc::view(out), 1.0f).ok());
+      for (std::size_t i = 0; i < n; ++i) {
+        int sum = 0;
+        for (const auto& v : signs) sum += v[i];
+        const float want = sum > 0 ? 1.0f : sum < 0 ? -1.0f : 0.0f;
+        ASSERT_EQ(out[i], want) << "bucket " << bucket << " voters " << voters << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(Vote, ThreeAndFourFramesWithTiesToZero) {
   // n = 6, buckets of 4 (tail of 2).
   const std::vector<std::vector<int>> s = {{+1, -1, +1, -1, -1, +1},
