@@ -27,6 +27,32 @@ const detail::backend_table* table() noexcept;
 
 namespace {
 
+// The variants this build contains (CMake option GRADCODEC_CPU_ISAS; all by default).
+#ifndef GRADCODEC_CPU_HAVE_SCALAR
+#define GRADCODEC_CPU_HAVE_SCALAR 0
+#endif
+#ifndef GRADCODEC_CPU_HAVE_AVX2
+#define GRADCODEC_CPU_HAVE_AVX2 0
+#endif
+#ifndef GRADCODEC_CPU_HAVE_AVX512
+#define GRADCODEC_CPU_HAVE_AVX512 0
+#endif
+
+const detail::backend_table* table_of(cpu_isa isa) noexcept {
+  switch (isa) {
+#if GRADCODEC_CPU_HAVE_AVX512
+    case cpu_isa::avx512: return cpu::avx512::table();
+#endif
+#if GRADCODEC_CPU_HAVE_AVX2
+    case cpu_isa::avx2: return cpu::avx2::table();
+#endif
+#if GRADCODEC_CPU_HAVE_SCALAR
+    case cpu_isa::scalar: return cpu::scalar::table();
+#endif
+    default: return nullptr;
+  }
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 //! CPUID and XGETBV read directly: the OS must save the vector state, not only the CPU
 //! support the instructions (and compilers disagree on __builtin_cpu_supports names).
@@ -112,12 +138,12 @@ result<cpu_isa> cpu_isa_from_name(std::string_view name) {
                 std::string("unknown CPU ISA '").append(name).append("' (scalar|avx2|avx512)")};
 }
 
-bool cpu_isa_supported(cpu_isa isa) noexcept { return cpu_has(isa); }
+bool cpu_isa_supported(cpu_isa isa) noexcept { return table_of(isa) != nullptr && cpu_has(isa); }
 
 cpu_isa cpu_isa_best() noexcept {
-  if (cpu_has(cpu_isa::avx512)) return cpu_isa::avx512;
-  if (cpu_has(cpu_isa::avx2)) return cpu_isa::avx2;
-  return cpu_isa::scalar;
+  if (cpu_isa_supported(cpu_isa::avx512)) return cpu_isa::avx512;
+  if (cpu_isa_supported(cpu_isa::avx2)) return cpu_isa::avx2;
+  return cpu_isa::scalar;  // not supported either when the build left it out
 }
 
 cpu_isa cpu_isa_active() noexcept {
@@ -126,9 +152,10 @@ cpu_isa cpu_isa_active() noexcept {
 
 status set_cpu_isa(cpu_isa isa) noexcept {
   if (!cpu_isa_supported(isa))
-    return {status_code::backend_unavailable, std::string("CPU ISA ")
-                                                  .append(cpu_isa_name(isa))
-                                                  .append(" is not supported on this machine")};
+    return {status_code::backend_unavailable,
+            std::string("CPU ISA ")
+                .append(cpu_isa_name(isa))
+                .append(" is not in this build or not supported by this CPU")};
   active_slot().store(static_cast<int>(isa), std::memory_order_relaxed);
   return {};
 }
@@ -141,12 +168,9 @@ void set_cpu_default_threads(int threads) noexcept {
 namespace detail {
 
 const backend_table* cpu_backend_table() noexcept {
-  switch (cpu_isa_active()) {
-    case cpu_isa::avx512: return cpu::avx512::table();
-    case cpu_isa::avx2: return cpu::avx2::table();
-    case cpu_isa::scalar: break;
-  }
-  return cpu::scalar::table();
+  // Null (no CPU backend) only when the build has no variant this CPU can run.
+  const cpu_isa isa = cpu_isa_active();
+  return cpu_isa_supported(isa) ? table_of(isa) : nullptr;
 }
 
 }  // namespace detail
