@@ -10,19 +10,23 @@
 #include <thread>
 
 #include "../src/backend.hpp"
+#include "../src/powersgd_kernels.hpp"
 #include "gradcodec/cpu.hpp"
 
 namespace gradcodec {
 namespace cpu {
 namespace scalar {
 const detail::backend_table* table() noexcept;
-}
+const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
+}  // namespace scalar
 namespace avx2 {
 const detail::backend_table* table() noexcept;
-}
+const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
+}  // namespace avx2
 namespace avx512 {
 const detail::backend_table* table() noexcept;
-}
+const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
+}  // namespace avx512
 }  // namespace cpu
 
 namespace {
@@ -38,18 +42,24 @@ namespace {
 #define GRADCODEC_CPU_HAVE_AVX512 0
 #endif
 
-const detail::backend_table* table_of(cpu_isa isa) noexcept {
+//! A variant's codec table and PowerSGD phase kernels; nulls when the build left it out.
+struct variant {
+  const detail::backend_table* table = nullptr;
+  const detail::powersgd_kernels* powersgd = nullptr;
+};
+
+variant variant_of(cpu_isa isa) noexcept {
   switch (isa) {
 #if GRADCODEC_CPU_HAVE_AVX512
-    case cpu_isa::avx512: return cpu::avx512::table();
+    case cpu_isa::avx512: return {cpu::avx512::table(), cpu::avx512::powersgd_phase_kernels()};
 #endif
 #if GRADCODEC_CPU_HAVE_AVX2
-    case cpu_isa::avx2: return cpu::avx2::table();
+    case cpu_isa::avx2: return {cpu::avx2::table(), cpu::avx2::powersgd_phase_kernels()};
 #endif
 #if GRADCODEC_CPU_HAVE_SCALAR
-    case cpu_isa::scalar: return cpu::scalar::table();
+    case cpu_isa::scalar: return {cpu::scalar::table(), cpu::scalar::powersgd_phase_kernels()};
 #endif
-    default: return nullptr;
+    default: return {};
   }
 }
 
@@ -138,7 +148,9 @@ result<cpu_isa> cpu_isa_from_name(std::string_view name) {
                 std::string("unknown CPU ISA '").append(name).append("' (scalar|avx2|avx512)")};
 }
 
-bool cpu_isa_supported(cpu_isa isa) noexcept { return table_of(isa) != nullptr && cpu_has(isa); }
+bool cpu_isa_supported(cpu_isa isa) noexcept {
+  return variant_of(isa).table != nullptr && cpu_has(isa);
+}
 
 cpu_isa cpu_isa_best() noexcept {
   if (cpu_isa_supported(cpu_isa::avx512)) return cpu_isa::avx512;
@@ -167,10 +179,15 @@ void set_cpu_default_threads(int threads) noexcept {
 
 namespace detail {
 
+// Null (no CPU backend) only when the build has no variant this CPU can run.
 const backend_table* cpu_backend_table() noexcept {
-  // Null (no CPU backend) only when the build has no variant this CPU can run.
   const cpu_isa isa = cpu_isa_active();
-  return cpu_isa_supported(isa) ? table_of(isa) : nullptr;
+  return cpu_isa_supported(isa) ? variant_of(isa).table : nullptr;
+}
+
+const powersgd_kernels* cpu_powersgd_phase_kernels() noexcept {
+  const cpu_isa isa = cpu_isa_active();
+  return cpu_isa_supported(isa) ? variant_of(isa).powersgd : nullptr;
 }
 
 }  // namespace detail

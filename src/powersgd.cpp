@@ -12,7 +12,6 @@
 #include <cstring>
 
 #include "../reference/common.hpp"
-#include "gradcodec/cpu.hpp"
 #include "gradcodec/frame.hpp"
 #include "powersgd_kernels.hpp"
 
@@ -173,20 +172,6 @@ std::atomic<const detail::powersgd_kernels*>& pinned_kernels() {
 
 }  // namespace
 
-#if GRADCODEC_HAVE_CPU_BACKEND
-namespace cpu {
-namespace scalar {
-const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
-}
-namespace avx2 {
-const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
-}
-namespace avx512 {
-const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
-}
-}  // namespace cpu
-#endif
-
 namespace detail {
 
 const powersgd_kernels& powersgd_scalar_kernels() noexcept {
@@ -197,12 +182,7 @@ const powersgd_kernels& powersgd_scalar_kernels() noexcept {
 
 const powersgd_kernels* powersgd_cpu_kernels() noexcept {
 #if GRADCODEC_HAVE_CPU_BACKEND
-  switch (cpu_isa_active()) {
-    case cpu_isa::avx512: return cpu::avx512::powersgd_phase_kernels();
-    case cpu_isa::avx2: return cpu::avx2::powersgd_phase_kernels();
-    case cpu_isa::scalar: break;
-  }
-  return cpu::scalar::powersgd_phase_kernels();
+  return cpu_powersgd_phase_kernels();
 #else
   return nullptr;
 #endif

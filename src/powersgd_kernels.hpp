@@ -32,8 +32,11 @@ struct powersgd_kernels {
 
 //! The scalar kernels (src/powersgd.cpp): the oracle the CPU ones are tested against.
 const powersgd_kernels& powersgd_scalar_kernels() noexcept;
-//! The CPU backend's kernels for the active ISA; null when the library has no CPU backend.
+//! The CPU backend's kernels for the active ISA; null when the library has no CPU backend
+//! or no variant this CPU can run.
 const powersgd_kernels* powersgd_cpu_kernels() noexcept;
+//! The same from the CPU backend itself (cpu/isa.cpp, which knows the variants built).
+const powersgd_kernels* cpu_powersgd_phase_kernels() noexcept;
 //! What the phase API runs: the pinned kernels if any, else the CPU ones, else the scalar.
 const powersgd_kernels& powersgd_kernels_in_use() noexcept;
 //! Pins the kernels the phase API runs (tests); nullptr restores the default choice.

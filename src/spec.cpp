@@ -15,8 +15,6 @@ namespace {
 
 using namespace std::string_view_literals;
 
-constexpr param_info p_ratio{"ratio", "codec default", "(0, 1]",
-                             "kept fraction: k = max(1, floor(ratio*n))"};
 constexpr param_info p_k{"k", "0", ">= 0", "absolute count; overrides ratio when > 0"};
 constexpr param_info p_nonfinite{"nonfinite", "propagate", "propagate|error",
                                  "keep NaN/Inf visible, or refuse to encode them"};
