@@ -258,8 +258,13 @@ TEST(MpiFaults, CorruptBytesFromOneRankFailEveryRankWithoutHanging) {
         const status st =
             gcc::allreduce(bad, cfg, {1, 0, 0}, gc::view(std::as_const(g)), gc::view(g), state, ws);
         const auto garbled = gather(bad.corrupted() ? 1u : 0u);
+        const auto codes = gather(static_cast<std::uint64_t>(st.code()));
         if (garbled[static_cast<std::size_t>(bad_rank)] != 0) {
           EXPECT_FALSE(st.ok()) << spec << " send " << nth << ": a result from garbage";
+          for (int r = 0; r < world->size(); ++r)
+            EXPECT_EQ(codes[static_cast<std::size_t>(r)], codes[0])
+                << spec << " send " << nth << ": rank " << r << " reports another kind of error ("
+                << st.message() << " here)";
         }
         EXPECT_TRUE(world->barrier().ok());
       }

@@ -753,6 +753,8 @@ TEST(Faults, CorruptBytesFromOneRankFailEveryRankWithoutHanging) {
         EXPECT_TRUE(e.code() == status_code::corrupt_frame || e.code() == status_code::comm_error)
             << "rank " << r << ": " << e.message();
         EXPECT_EQ(std::string(e.message()).find("(unknown)"), std::string::npos) << e.message();
+        EXPECT_EQ(e.code(), st[0].code())
+            << "rank " << r << " reports another kind of error: " << messages(st);
       }
     }
   }
