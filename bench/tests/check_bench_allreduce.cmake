@@ -2,8 +2,9 @@
 # mpirun -np 2 on a tiny unshaped gradient and checks its output: the table printed once
 # (rank 0 only), and a JSON record with every field for each dense baseline and each
 # codec x supported strategy x pipelining, plus the one note (dense PowerSGD is never
-# pipelined).
-# Variables: MPIEXEC, NP_FLAG, TOOL (the gradcodec executable), OUT (a scratch directory).
+# pipelined), and that bench/allreduce_table.py prints a Markdown row for each record.
+# Variables: MPIEXEC, NP_FLAG, TOOL (the gradcodec executable), OUT (a scratch directory),
+# PYTHON and TABLE (optional: a python3 and bench/allreduce_table.py).
 cmake_minimum_required(VERSION 3.24)
 foreach(v MPIEXEC TOOL OUT)
   if(NOT DEFINED ${v})
@@ -132,3 +133,18 @@ if(NOT note_codec MATCHES "^powersgd" OR NOT note_strategy STREQUAL "dense")
   message(FATAL_ERROR "unexpected note: ${note_codec} ${note_strategy}")
 endif()
 message(STATUS "bench --allreduce JSON: ${count} records with every field, 1 note")
+
+# bench/allreduce_table.py prints one table row per record.
+if(PYTHON AND TABLE)
+  execute_process(COMMAND ${PYTHON} ${TABLE} ${json}
+    RESULT_VARIABLE rc OUTPUT_VARIABLE md ERROR_VARIABLE err TIMEOUT 60)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "allreduce_table.py exited with '${rc}':\n${err}")
+  endif()
+  string(REGEX MATCHALL "\n[|] (`|dense_)" rows "${md}")
+  list(LENGTH rows row_count)
+  if(NOT row_count EQUAL count)
+    message(FATAL_ERROR "allreduce_table.py printed ${row_count} rows for ${count} records:\n${md}")
+  endif()
+  message(STATUS "allreduce_table.py: ${row_count} rows")
+endif()
