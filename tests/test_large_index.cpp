@@ -93,7 +93,7 @@ class LargeIndex : public testing::Test {
  protected:
   void SetUp() override {
     if (in_.f16() == nullptr || out_.f16() == nullptr)
-      GTEST_SKIP() << "no 8 GiB virtual mapping on this machine";
+      GTEST_SKIP() << "the kernel refused two MAP_NORESERVE mappings of " << big_n * 2 << " bytes";
     for (const planted& p : kPlanted) in_.f16()[p.index] = gc::blocks::f32_to_f16(p.value);
   }
   virtual_buffer in_{big_n * 2}, out_{big_n * 2};
