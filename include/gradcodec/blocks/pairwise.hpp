@@ -7,6 +7,7 @@
 #pragma once
 
 #include "config.hpp"
+#include "fmath.hpp"
 
 namespace gradcodec::blocks {
 
@@ -19,7 +20,7 @@ struct pairwise_sum {
   GRADCODEC_HD void push(float s) {
     int h = 0;
     while (top > 0 && height[top - 1] == h) {
-      s = part[--top] + s;
+      s = fadd(part[--top], s);
       ++h;
     }
     part[top] = s;
@@ -31,7 +32,7 @@ struct pairwise_sum {
     if (top == 0) return 0.0f;
     int t = top;
     float s = part[--t];
-    while (t > 0) s = part[--t] + s;
+    while (t > 0) s = fadd(part[--t], s);
     return s;
   }
 };

@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: Apache-2.0
+// The public building blocks (include/gradcodec/blocks/) are enough for a kernel outside
+// the library to write the library's exact frames: tests/support/fused_codec.hpp fuses a
+// gradient scaling into the encode of every bucketed codec, writes the header with
+// write_header, and must produce the bytes of gradcodec::encode of the scaled values; its
+// decode-accumulate must write the bits of gradcodec::decode_accumulate. The same code runs
+// on a GPU in tests/cuda/fused_kernel_test.cu.
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "gradcodec/blocks/bitstream.hpp"
+#include "gradcodec/blocks/canonical_sum.hpp"
+#include "support/data.hpp"
+#include "support/fused_codec.hpp"
+
+namespace gc = gradcodec;
+using namespace gc::test;
+
+namespace {
+
+constexpr float kFactor = 0.25f;  // the fused pre-division by 4 ranks
+constexpr float kAlpha = 0.75f;
+
+//! The header the library writes for these parameters.
+gc::frame_header header_of(const fused::params& p, std::uint64_t n, bool nonfinite) {
+  gc::frame_header h;
+  h.codec = p.codec;
+  h.type = gc::dtype::f32;
+  h.n = n;
+  h.payload_bytes = fused::layout_of(p, n).total;
+  h.group = p.bucket;
+  h.flags = nonfinite ? gc::flag_nonfinite : 0;
+  switch (p.codec) {
+    case gc::codec_id::qsgd:
+      h.level = static_cast<std::uint16_t>(p.levels);
+      h.mode = static_cast<std::uint8_t>((p.stochastic ? gc::mode_stochastic : 0) |
+                                         (p.max_norm ? gc::mode_norm_max : 0));
+      break;
+    case gc::codec_id::terngrad: h.param = p.clip; break;
+    case gc::codec_id::minmax:
+      h.level = static_cast<std::uint16_t>(p.bits);
+      h.mode = p.stochastic ? gc::mode_stochastic : 0;
+      break;
+    case gc::codec_id::sign:
+      h.mode = static_cast<std::uint8_t>(static_cast<unsigned>(p.scale) << gc::mode_scale_shift);
+      break;
+    default: break;
+  }
+  return h;
+}
+
+//! A whole frame written by the fused code, one bucket at a time.
+std::vector<std::byte> fused_frame(const fused::params& p, const gc::context& ctx,
+                                   const tensor& g) {
+  const auto l = fused::layout_of(p, g.n);
+  std::vector<std::byte> frame(gc::header_bytes + l.total, std::byte{0});
+  auto* payload = reinterpret_cast<std::uint8_t*>(frame.data() + gc::header_bytes);
+  const auto rng = gc::blocks::counter_rng::make(ctx.seed, ctx.step, ctx.tensor_id);
+  const fused::scaled_gradient in{g.bytes.data(), g.type, kFactor};
+  bool nonfinite = false;
+  for (std::uint64_t b = 0; b < l.buckets; ++b)
+    nonfinite |= fused::encode_bucket(p, rng, g.n, in, b, payload);
+  gc::write_header(header_of(p, g.n, nonfinite), frame.data());
+  return frame;
+}
+
+//! Gradient-like values with runs of extremes, zeros, -0.0, subnormals and, when asked,
+//! NaN and Inf at bucket edges.
+std::vector<float> stress(std::size_t n, std::uint64_t seed, bool nonfinite) {
+  auto v = gaussian(n, seed);
+  std::uint64_t s = seed | 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    switch ((s >> 33) % 16) {
+      case 0: v[i] = std::ldexp(v[i], static_cast<int>((s >> 40) % 250) - 140); break;
+      case 1: v[i] = (s >> 45) & 1 ? 0.0f : -0.0f; break;
+      case 2: v[i] = (s >> 45) & 1 ? FLT_MAX : -FLT_MAX; break;
+      case 3: v[i] = std::ldexp(static_cast<float>((s >> 40) % 8), -149); break;
+      case 4: v[i] = static_cast<float>((s >> 40) % 31) * 0.5f; break;
+      default: break;
+    }
+  }
+  if (nonfinite && n > 0) {
+    v[0] = std::numeric_limits<float>::quiet_NaN();
+    v[n - 1] = -std::numeric_limits<float>::infinity();
+    if (n > 600) v[600] = std::numeric_limits<float>::infinity();
+  }
+  return v;
+}
+
+const char* const kSpecs[] = {
+    "qsgd",
+    "qsgd:rounding=nearest",
+    "qsgd:norm=max,bucket=17",
+    "qsgd:levels=1,bucket=15",
+    "qsgd:levels=127,bucket=4101",
+    "terngrad",
+    "terngrad:clip=2.5",
+    "terngrad:bucket=1,clip=1",
+    "minmax",
+    "minmax:bits=1,bucket=16",
+    "minmax:bits=3,bucket=33,rounding=stochastic",
+    "minmax:bits=5,bucket=48,rounding=stochastic",
+    "minmax:bits=8,bucket=2049",
+    "sign",
+    "sign:scale=mean,bucket=100",
+    "sign:scale=l2,bucket=7",
+    "onebit",
+    "onebit:bucket=3",
+};
+
+}  // namespace
+
+TEST(BlocksFused, EncodeWritesTheLibraryFrame) {
+  const gc::context ctx{1234, 77, 5};
+  for (const char* text : kSpecs) {
+    const gc::codec_spec spec = gc::parse_spec(text).value();
+    const fused::params p = fused::params_of(spec);
+    for (auto type : {gc::dtype::f32, gc::dtype::f16, gc::dtype::bf16})
+      for (std::size_t n : {0u, 1u, 7u, 4097u, 65539u})
+        for (bool nonfinite : {false, true}) {
+          SCOPED_TRACE(std::string(text) + " n=" + std::to_string(n) + " type=" +
+                       std::string(gc::dtype_name(type)) + (nonfinite ? " nonfinite" : ""));
+          const tensor g(stress(n, n * 3 + 1, nonfinite), type);
+          std::vector<float> scaled(n);
+          for (std::size_t i = 0; i < n; ++i) scaled[i] = g.get(i) * kFactor;
+          const tensor x(scaled, gc::dtype::f32);
+          const auto expected = encode_vec(spec, ctx, x.cview()).value();
+          const auto got = fused_frame(p, ctx, g);
+          ASSERT_EQ(got.size(), expected.size());
+          ASSERT_TRUE(std::memcmp(got.data(), expected.data(), got.size()) == 0);
+        }
+  }
+}
+
+TEST(BlocksFused, DecodeAccumulateWritesTheLibraryValues) {
+  const gc::context ctx{99, 3, 0};
+  for (const char* text : kSpecs) {
+    const gc::codec_spec spec = gc::parse_spec(text).value();
+    const fused::params p = fused::params_of(spec);
+    for (std::size_t n : {1u, 7u, 4097u, 65539u}) {
+      SCOPED_TRACE(std::string(text) + " n=" + std::to_string(n));
+      const tensor x(stress(n, n + 11, true), gc::dtype::f32);
+      const auto frame = encode_vec(spec, ctx, x.cview()).value();
+      auto acc0 = gaussian(n, n + 5);
+      acc0[n / 2] = std::numeric_limits<float>::quiet_NaN();
+      tensor expected(acc0, gc::dtype::f32);
+      ASSERT_TRUE(decode_vec(frame, expected.mview(), gc::backend::reference, true, kAlpha).ok());
+      std::vector<float> got = acc0;
+      const auto* payload = reinterpret_cast<const std::uint8_t*>(frame.data() + gc::header_bytes);
+      for (std::uint64_t b = 0; b < fused::layout_of(p, n).buckets; ++b)
+        fused::decode_accumulate_bucket(p, n, payload, b, kAlpha, got.data());
+      for (std::size_t i = 0; i < n; ++i)
+        ASSERT_TRUE(same_bits(got[i], expected.get(i))) << "element " << i;
+    }
+  }
+}
+
+TEST(BlocksFused, Pack32EqualsPutCode) {
+  for (std::uint32_t bits = 1; bits <= 8; ++bits) {
+    std::uint32_t codes[32];
+    for (int k = 0; k < 32; ++k)
+      codes[k] = (static_cast<std::uint32_t>(k) * 2654435761u >> 7) & ((1u << bits) - 1u);
+    std::uint8_t stream[64 * 4] = {};
+    for (int k = 0; k < 32; ++k) gc::blocks::put_code(stream, 32 + k, bits, codes[k]);  // group 1
+    std::uint32_t words[8] = {};
+    gc::blocks::pack32(codes, bits, words);
+    EXPECT_EQ(std::memcmp(words, stream + 4 * bits, 4 * bits), 0) << bits << " bits";
+    for (int k = 0; k < 32; ++k) {
+      EXPECT_EQ(gc::blocks::unpack32(words, bits, k), codes[k]);
+      EXPECT_EQ(gc::blocks::get_code(stream, 32 + static_cast<std::uint64_t>(k), bits), codes[k]);
+    }
+  }
+}
+
+TEST(BlocksFused, CanonicalSumOrderIsTheDocumentedOne) {
+  // 1 + 2^24 + (-2^24) depends on the order; the chunk lanes and the pairwise combination
+  // fix it. Chunk 0: lane 0 holds 2^24 + 1 = 2^24 (rounded), lane 1 holds -2^24 -> 0.
+  std::vector<float> t(600, 0.0f);
+  t[0] = 0x1p24f;
+  t[16] = 1.0f;
+  t[1] = -0x1p24f;
+  t[300] = 3.0f;  // chunk 1
+  t[599] = 0.5f;  // chunk 2 (partial)
+  const float s = gc::blocks::canonical_sum(t.size(), [&](std::uint64_t j) { return t[j]; });
+  EXPECT_EQ(s, 3.5f);
+  EXPECT_TRUE(same_bits(gc::blocks::canonical_sum(0, [](std::uint64_t) { return 1.0f; }), 0.0f));
+}
