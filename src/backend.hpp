@@ -59,11 +59,23 @@ struct codec_ops {
   status (*encode_feedback)(const feedback_call&) = nullptr;
 };
 
+//! How the front end reaches a backend whose buffers live in device memory. Such a
+//! backend's encode writes the whole frame, header included (at payload - header_bytes),
+//! and implements encode_feedback for every codec it offers; the front end never touches
+//! its buffers on the host.
+struct device_access {
+  //! Whether `p` points to memory this backend works on (for backend::automatic).
+  bool (*owns)(const void* p) noexcept;
+  //! Reads and checks a frame's header (gradcodec::peek on a copy of its first bytes).
+  result<frame_header> (*read_header)(const_bytes frame, void* stream) noexcept;
+};
+
 //! A backend: one codec_ops per codec id (index = id - 1); a null encode means the codec
 //! is not implemented there and the front end reports backend_unavailable.
 struct backend_table {
   const char* name;
   codec_ops codecs[codec_count];
+  const device_access* device = nullptr;  //!< null: host memory
 };
 
 const backend_table& reference_backend() noexcept;

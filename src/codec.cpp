@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "backend.hpp"
 #include "gradcodec/blocks/float16.hpp"
@@ -34,14 +36,31 @@ const backend_table* table_of(backend b) noexcept {
   return nullptr;
 }
 
-result<const codec_ops*> pick(backend where, codec_id id) noexcept {
-  // Host memory: the CPU backend when built, else the reference. (CUDA is chosen explicitly
-  // or by the CUDA backend's pointer check, once it lands in kernels/.)
+//! The codec chosen for a call, and whether its buffers are device memory.
+struct picked_ops {
+  const codec_ops* ops;
+  const detail::device_access* device;  //!< null for host backends
+};
+
+//! Whether a call on `where` with this buffer goes to the CUDA backend.
+const backend_table* device_table(backend where, const void* data) noexcept {
+  const backend_table* g = detail::cuda_backend();
+  if (where == backend::cuda) return g;
+  if (where != backend::automatic || g == nullptr || g->device == nullptr) return nullptr;
+  return g->device->owns(data) ? g : nullptr;
+}
+
+result<picked_ops> pick(backend where, codec_id id, const void* data) noexcept {
+  // Device memory: the CUDA backend. Host memory: the CPU backend when built (and the
+  // codec is there), else the reference.
   const backend_table* t = nullptr;
   if (where == backend::automatic) {
-    t = detail::cpu_backend();
-    if (t == nullptr || t->codecs[static_cast<int>(id) - 1].encode == nullptr)
-      t = &detail::reference_backend();
+    t = device_table(where, data);
+    if (t == nullptr) {
+      t = detail::cpu_backend();
+      if (t == nullptr || t->codecs[static_cast<int>(id) - 1].encode == nullptr)
+        t = &detail::reference_backend();
+    }
   } else {
     t = table_of(where);
   }
@@ -54,7 +73,7 @@ result<const codec_ops*> pick(backend where, codec_id id) noexcept {
     return status{
         status_code::backend_unavailable,
         std::string(codec_name(id)).append(" is not implemented on backend ").append(t->name)};
-  return &ops;
+  return picked_ops{&ops, t->device};
 }
 
 status check_view(const_tensor_view v, std::string_view what) {
@@ -88,6 +107,32 @@ bool any_nonfinite(const_tensor_view v) {
   for (std::uint64_t i = 0; i < v.n; ++i)
     if (!std::isfinite(load(v, i))) return true;
   return false;
+}
+
+//! A device backend works on device memory only: every buffer of the call must be some.
+status check_device_buffers(const picked_ops& p,
+                            std::initializer_list<std::pair<const void*, const char*>> buffers) {
+  if (p.device == nullptr) return {};
+  for (const auto& [ptr, what] : buffers)
+    if (ptr != nullptr && !p.device->owns(ptr))
+      return invalid(std::string("backend cuda: the ")
+                         .append(what)
+                         .append(" is not device memory (cudaMalloc or managed)"));
+  return {};
+}
+
+//! nonfinite=error scans the input on the host before encoding; device memory cannot be.
+status check_nonfinite_policy(const codec_spec& spec, const picked_ops& p, const_tensor_view v,
+                              std::string_view what) {
+  if (spec.nonfinite != nonfinite_policy::error) return {};
+  if (p.device != nullptr)
+    return invalid(
+        "nonfinite=error needs a host scan of the input; on the CUDA backend use "
+        "nonfinite=propagate and check the frame's nonfinite flag (peek)");
+  if (any_nonfinite(v))
+    return {status_code::nonfinite_input,
+            std::string(what).append(" holds NaN or Inf (nonfinite=error)")};
+  return {};
 }
 
 //! Carves aligned pieces off a caller workspace.
@@ -158,8 +203,6 @@ status check_encode_args(const codec_spec& spec, const_tensor_view in, mutable_b
           check_disjoint(out.data(), out.size(), "output buffer", in.data, byte_size(in), "input");
       !st.ok())
     return st;
-  if (spec.nonfinite == nonfinite_policy::error && any_nonfinite(in))
-    return {status_code::nonfinite_input, "input holds NaN or Inf (nonfinite=error)"};
   return {};
 }
 
@@ -174,10 +217,11 @@ frame_header base_header(const codec_spec& spec, const_tensor_view in, dtype wir
   return h;
 }
 
-result<std::size_t> finish_encode(frame_header& h, mutable_bytes out) {
+//! A device backend has written the header itself (its flags are known only there).
+result<std::size_t> finish_encode(frame_header& h, mutable_bytes out, const picked_ops& p) {
   if (h.payload_bytes > out.size() - header_bytes)
     return status{status_code::internal_error, "codec wrote past its capacity"};
-  write_header(h, out.data());
+  if (p.device == nullptr) write_header(h, out.data());
   return static_cast<std::size_t>(header_bytes + h.payload_bytes);
 }
 
@@ -289,17 +333,23 @@ codec_spec spec_of(const frame_header& h) noexcept {
 result<std::size_t> workspace_size(const codec_spec& spec, const_tensor_view shape, operation op,
                                    const exec_options& opt) noexcept {
   if (auto st = validate(spec); !st.ok()) return st;
-  auto ops = pick(opt.where, spec.id);
+  // backend::automatic: shape.data (if given) tells device memory from host memory.
+  auto ops = pick(opt.where, spec.id, shape.data);
   if (!ops) return ops.error();
-  return need_workspace(*ops.value(), spec, shape, op);
+  return need_workspace(*ops.value().ops, spec, shape, op);
 }
 
 result<std::size_t> encode(const codec_spec& spec, const context& ctx, const_tensor_view in,
                            mutable_bytes out, const exec_options& opt) noexcept {
   if (auto st = check_encode_args(spec, in, out); !st.ok()) return st;
-  auto picked = pick(opt.where, spec.id);
+  auto picked = pick(opt.where, spec.id, in.data);
   if (!picked) return picked.error();
-  const codec_ops& ops = *picked.value();
+  const codec_ops& ops = *picked.value().ops;
+  if (auto st =
+          check_device_buffers(picked.value(), {{in.data, "input"}, {out.data(), "output buffer"}});
+      !st.ok())
+    return st;
+  if (auto st = check_nonfinite_policy(spec, picked.value(), in, "input"); !st.ok()) return st;
   if (auto st = check_workspace(need_workspace(ops, spec, in, operation::encode), opt); !st.ok())
     return st;
   carver ws(opt.workspace);
@@ -308,14 +358,21 @@ result<std::size_t> encode(const codec_spec& spec, const context& ctx, const_ten
       spec,      ctx, in,          in.type,   out.data() + header_bytes, out.size() - header_bytes,
       ws.rest(), h,   opt.threads, opt.stream};
   if (auto st = ops.encode(call); !st.ok()) return st;
-  return finish_encode(h, out);
+  return finish_encode(h, out, picked.value());
 }
 
 namespace {
 
 status decode_common(const_bytes frame, tensor_view out, float alpha, bool accumulate,
                      const exec_options& opt) noexcept {
-  auto hdr = peek(frame);
+  // A frame in device memory: its header is copied to the host and checked there.
+  const backend_table* dev = device_table(opt.where, frame.data());
+  if (opt.where == backend::cuda && dev == nullptr)
+    return {status_code::backend_unavailable, "backend 'cuda' is not available"};
+  if (dev != nullptr && frame.data() != nullptr && !dev->device->owns(frame.data()))
+    return invalid("backend cuda: the frame is not device memory (cudaMalloc or managed)");
+  auto hdr = dev != nullptr && frame.size() > 0 ? dev->device->read_header(frame, opt.stream)
+                                                : peek(frame);
   if (!hdr) return hdr.error();
   const frame_header& h = hdr.value();
   if (frame.size() != h.frame_bytes())
@@ -333,9 +390,10 @@ status decode_common(const_bytes frame, tensor_view out, float alpha, bool accum
                                              .append(std::to_string(out.n))
                                              .append(" elements, frame has ")
                                              .append(std::to_string(h.n))};
-  auto picked = pick(opt.where, h.codec);
+  auto picked = pick(opt.where, h.codec, frame.data());
   if (!picked) return picked.error();
-  const codec_ops& ops = *picked.value();
+  const codec_ops& ops = *picked.value().ops;
+  if (auto st = check_device_buffers(picked.value(), {{out.data, "output"}}); !st.ok()) return st;
   const codec_spec spec = spec_of(h);
   const operation op = accumulate ? operation::decode_accumulate : operation::decode;
   if (auto st = check_workspace(need_workspace(ops, spec, out, op), opt); !st.ok()) return st;
@@ -371,11 +429,17 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
     return st;
   if (residual.n != grad.n)
     return status{status_code::shape_mismatch, "residual and gradient differ in length"};
-  if (spec.nonfinite == nonfinite_policy::error && any_nonfinite(residual))
-    return status{status_code::nonfinite_input, "residual holds NaN or Inf (nonfinite=error)"};
-  auto picked = pick(opt.where, spec.id);
+  auto picked = pick(opt.where, spec.id, grad.data);
   if (!picked) return picked.error();
-  const codec_ops& ops = *picked.value();
+  const codec_ops& ops = *picked.value().ops;
+  if (auto st = check_device_buffers(
+          picked.value(),
+          {{grad.data, "gradient"}, {residual.data, "residual"}, {out.data(), "output buffer"}});
+      !st.ok())
+    return st;
+  if (auto st = check_nonfinite_policy(spec, picked.value(), grad, "input"); !st.ok()) return st;
+  if (auto st = check_nonfinite_policy(spec, picked.value(), residual, "residual"); !st.ok())
+    return st;
   if (auto st =
           check_workspace(need_workspace(ops, spec, grad, operation::encode_with_feedback), opt);
       !st.ok())
@@ -387,8 +451,10 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
                                 out.size() - header_bytes, ws.rest(), h, opt.threads, opt.stream},
                                residual};
     if (auto st = ops.encode_feedback(call); !st.ok()) return st;
-    return finish_encode(h, out);
+    return finish_encode(h, out, picked.value());
   }
+  if (picked.value().device != nullptr)  // the loops below run on the host
+    return status{status_code::internal_error, "device backend without fused error feedback"};
   // Generic composition: p = g + e; encode p; d = decode; e = p - d.
   auto* p = reinterpret_cast<float*>(ws.take(grad.n * 4));
   auto* d = reinterpret_cast<float*>(ws.take(grad.n * 4));
@@ -398,7 +464,7 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
       spec,      ctx, pv,          grad.type, out.data() + header_bytes, out.size() - header_bytes,
       ws.rest(), h,   opt.threads, opt.stream};
   if (auto st = ops.encode(call); !st.ok()) return st;
-  auto written = finish_encode(h, out);
+  auto written = finish_encode(h, out, picked.value());
   if (!written) return written;
   const tensor_view dv{d, grad.n, dtype::f32, grad.rows};
   detail::decode_call dcall{

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "gradcodec/blocks/header.hpp"
 #include "gradcodec/blocks/layout.hpp"
 
 namespace gradcodec {
@@ -57,20 +58,8 @@ std::uint32_t crc32c(const std::byte* data, std::size_t size) noexcept {
 }
 
 void write_header(const frame_header& h, std::byte* dst) noexcept {
-  std::memset(dst, 0, header_bytes);
-  put<std::uint32_t>(dst, 0, frame_magic);
-  put<std::uint8_t>(dst, 4, h.version);
-  put<std::uint8_t>(dst, 5, static_cast<std::uint8_t>(h.codec));
-  put<std::uint8_t>(dst, 6, static_cast<std::uint8_t>(h.type));
-  put<std::uint8_t>(dst, 7, h.flags);
-  put<std::uint64_t>(dst, 8, h.n);
-  put<std::uint64_t>(dst, 16, h.payload_bytes);
-  put<std::uint64_t>(dst, 24, h.count);
-  put<std::uint32_t>(dst, 32, h.group);
-  put<std::uint16_t>(dst, 36, h.level);
-  put<std::uint8_t>(dst, 38, h.mode);
-  put<float>(dst, 40, h.param);
-  put<std::uint32_t>(dst, 44, crc32c(dst, 44));
+  // One serializer for host and device (blocks/header.hpp).
+  blocks::serialize_header(h, reinterpret_cast<std::uint8_t*>(dst));
 }
 
 result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {

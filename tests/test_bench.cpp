@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "gradcodec/gradcodec.hpp"
 #include "support/tool_process.hpp"
 
 namespace fs = std::filesystem;
@@ -149,12 +150,23 @@ TEST_F(Bench, CpuBackendRowsPerIsaAndNotesInsteadOfFailures) {
 TEST_F(Bench, BadOptionsAreUsageErrors) {
   for (const std::string args :
        {"bench --sizes 0", "bench --sizes 2^x", "bench --codecs nosuch", "bench --repeat 2",
-        "bench --backend nosuch", "bench --isa nosuch", "bench --sizes 1,,2"}) {
+        "bench --backend nosuch", "bench --isa nosuch", "bench --sizes 1,,2",
+        "bench --backend cuda,cpu", "bench --gpu 0", "bench --backend cuda --isa avx2"}) {
     const run_result r = run(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;
     EXPECT_EQ(r.err.rfind("gradcodec: error: ", 0), 0u) << args << "\n" << r.err;
   }
+}
+
+TEST_F(Bench, CudaBackendWithoutADeviceIsOneClearError) {
+  if (gradcodec::backend_available(gradcodec::backend::cuda))
+    GTEST_SKIP() << "a CUDA device is visible: scripts/gpu-check runs the GPU benchmark";
+  const run_result r = run("bench --backend cuda --sizes 1024 --codecs qsgd");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.err.find("cuda") != std::string::npos) << r.err;
 }
 
 }  // namespace

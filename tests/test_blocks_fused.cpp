@@ -16,6 +16,7 @@
 
 #include "gradcodec/blocks/bitstream.hpp"
 #include "gradcodec/blocks/canonical_sum.hpp"
+#include "gradcodec/blocks/randomk.hpp"
 #include "support/data.hpp"
 #include "support/fused_codec.hpp"
 
@@ -73,19 +74,7 @@ std::vector<std::byte> fused_frame(const fused::params& p, const gc::context& ct
 //! Gradient-like values with runs of extremes, zeros, -0.0, subnormals and, when asked,
 //! NaN and Inf at bucket edges.
 std::vector<float> stress(std::size_t n, std::uint64_t seed, bool nonfinite) {
-  auto v = gaussian(n, seed);
-  std::uint64_t s = seed | 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    switch ((s >> 33) % 16) {
-      case 0: v[i] = std::ldexp(v[i], static_cast<int>((s >> 40) % 250) - 140); break;
-      case 1: v[i] = (s >> 45) & 1 ? 0.0f : -0.0f; break;
-      case 2: v[i] = (s >> 45) & 1 ? FLT_MAX : -FLT_MAX; break;
-      case 3: v[i] = std::ldexp(static_cast<float>((s >> 40) % 8), -149); break;
-      case 4: v[i] = static_cast<float>((s >> 40) % 31) * 0.5f; break;
-      default: break;
-    }
-  }
+  auto v = with_extremes(n, seed, 16);
   if (nonfinite && n > 0) {
     v[0] = std::numeric_limits<float>::quiet_NaN();
     v[n - 1] = -std::numeric_limits<float>::infinity();
@@ -160,6 +149,46 @@ TEST(BlocksFused, DecodeAccumulateWritesTheLibraryValues) {
         ASSERT_TRUE(same_bits(got[i], expected.get(i))) << "element " << i;
     }
   }
+}
+
+TEST(BlocksFused, RandomkStrataWriteTheLibraryFrame) {
+  const gc::context ctx{7, 1ull << 33, 12};
+  for (const char* text : {"randomk", "randomk:k=5,unbiased=1", "randomk:ratio=0.3,unbiased=1"})
+    for (std::size_t n : {1u, 7u, 4097u, 65539u}) {
+      SCOPED_TRACE(std::string(text) + " n=" + std::to_string(n));
+      const gc::codec_spec spec = gc::parse_spec(text).value();
+      const tensor x(stress(n, n, false), gc::dtype::f32);
+      const auto expected = encode_vec(spec, ctx, x.cview()).value();
+      const std::uint64_t k = gc::sparse_count(spec, n);
+      const auto l = gc::blocks::randomk_layout_of(k, 4);
+      std::vector<std::byte> got(gc::header_bytes + l.total, std::byte{0});
+      auto* payload = reinterpret_cast<std::uint8_t*>(got.data() + gc::header_bytes);
+      const auto rng = gc::blocks::counter_rng::make(ctx.seed, ctx.step, ctx.tensor_id);
+      gc::blocks::randomk_put_key(rng, payload + l.key_offset);
+      bool nonfinite = false;
+      for (std::uint64_t j = 0; j < k; ++j) {  // any order: strata are independent
+        const auto st = gc::blocks::randomk_stratum_of(rng, j, n, k);
+        const float v = x.get(st.index);
+        nonfinite |= !gc::blocks::is_finite(v);
+        const float sent = spec.unbiased ? v * static_cast<float>(st.size) : v;
+        std::memcpy(payload + l.values_offset + 4 * j, &sent, 4);
+      }
+      gc::frame_header h;
+      h.codec = gc::codec_id::randomk;
+      h.n = n;
+      h.count = k;
+      h.mode = spec.unbiased ? gc::mode_unbiased : 0;
+      h.flags = nonfinite ? gc::flag_nonfinite : 0;
+      h.payload_bytes = l.total;
+      gc::write_header(h, got.data());
+      ASSERT_EQ(got.size(), expected.size());
+      ASSERT_EQ(std::memcmp(got.data(), expected.data(), got.size()), 0);
+      const auto back = gc::blocks::randomk_get_key(payload + l.key_offset);
+      EXPECT_EQ(back.key.k0, rng.key.k0);
+      EXPECT_EQ(back.key.k1, rng.key.k1);
+      EXPECT_EQ(back.step_lo, rng.step_lo);
+      EXPECT_EQ(back.tensor_lo, rng.tensor_lo);
+    }
 }
 
 TEST(BlocksFused, Pack32EqualsPutCode) {

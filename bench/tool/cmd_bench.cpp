@@ -13,12 +13,17 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "bench_allreduce.hpp"
+#if GRADCODEC_TOOL_HAVE_CUDA
+#include "bench_cuda.hpp"
+#endif
 #include "bench_common.hpp"
 #include "bench_model.hpp"
+#include "bench_report.hpp"
 #include "codec_calls.hpp"
 #include "commands.hpp"
 #include "error.hpp"
@@ -36,7 +41,12 @@ constexpr std::array bench_options{
                 false, true},
     option_spec{"backend", "LIST",
                 "backends separated by ',': reference, cpu, auto (default cpu,reference; "
-                "the reference is skipped above 2^24 unless named here)",
+                "the reference is skipped above 2^24 unless named here), or cuda alone "
+                "(device memory, CUDA-event timing)",
+                false, false},
+    option_spec{"gpu", "LIST",
+                "with --backend cuda: GPU ordinals separated by ',' (default: every "
+                "visible GPU)",
                 false, false},
     option_spec{"isa", "LIST",
                 "CPU ISAs separated by ',' (default: every supported one, scalar only up to 2^24)",
@@ -80,60 +90,6 @@ timing time_op(std::uint64_t min_runs, const std::function<bool()>& body) {
   return t;
 }
 
-//! ||a - x|| / ||x|| in double.
-double rel_error(const float* a, const std::vector<float>& x) {
-  double e2 = 0, r2 = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - x[i];
-    e2 += d * d;
-    r2 += static_cast<double>(x[i]) * x[i];
-  }
-  return r2 > 0 ? std::sqrt(e2 / r2) : (e2 > 0 ? INFINITY : 0.0);
-}
-
-struct record {
-  std::string codec, backend, isa;
-  int threads = 1;
-  std::uint64_t n = 0;
-  std::string op;
-  double median_s = 0, gbps = 0, roofline_share = 0, ratio = 0, rel_error = 0;
-  double bytes_per_element = 0;
-  std::uint64_t runs = 0;
-  std::string note;  //!< non-empty: not measured (not implemented, skipped, failed)
-};
-
-void write_json(const std::string& path, const std::vector<record>& records) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  if (!f) fail("cannot open '" + path + "' for writing");
-  f << "{\n  \"tool\": \"gradcodec bench\",\n  \"records\": [";
-  bool first_rec = true, first_note = true;
-  for (const auto& r : records) {
-    if (!r.note.empty()) continue;
-    f << (first_rec ? "\n" : ",\n") << "    {\"codec\": " << json_string(r.codec)
-      << ", \"backend\": " << json_string(r.backend) << ", \"isa\": " << json_string(r.isa)
-      << ", \"threads\": " << r.threads << ", \"n\": " << r.n << ", \"op\": " << json_string(r.op)
-      << ", \"median_s\": " << json_number(r.median_s) << ", \"runs\": " << r.runs
-      << ", \"bytes_per_element\": " << json_number(r.bytes_per_element)
-      << ", \"gbps\": " << json_number(r.gbps)
-      << ", \"roofline_share\": " << json_number(r.roofline_share)
-      << ", \"ratio\": " << json_number(r.ratio) << ", \"rel_error\": " << json_number(r.rel_error)
-      << "}";
-    first_rec = false;
-  }
-  f << "\n  ],\n  \"notes\": [";
-  for (const auto& r : records) {
-    if (r.note.empty()) continue;
-    f << (first_note ? "\n" : ",\n") << "    {\"codec\": " << json_string(r.codec)
-      << ", \"backend\": " << json_string(r.backend) << ", \"isa\": " << json_string(r.isa)
-      << ", \"threads\": " << r.threads << ", \"n\": " << r.n << ", \"op\": " << json_string(r.op)
-      << ", \"note\": " << json_string(r.note) << "}";
-    first_note = false;
-  }
-  f << "\n  ]\n}\n";
-  f.flush();
-  if (!f) fail("cannot write '" + path + "'");
-}
-
 //! Buffers of one size, fresh per size.
 struct buffers {
   std::vector<float> x, out, acc, residual;
@@ -144,49 +100,6 @@ struct target {
   backend where;
   std::string isa;  //!< "-" for the reference
   int threads;      //!< as requested (0 = library default)
-};
-
-class table {
- public:
-  std::size_t width = 26;  //!< of the codec column: the longest spec string
-
-  void header() const {
-    std::cout << pad("codec", width) << pad("backend", 10) << pad("isa", 7) << pad("thr", 4, true)
-              << "  " << pad("op", 18) << pad("median_ms", 11, true) << pad("GB/s", 8, true)
-              << pad("%memcpy", 8, true) << pad("ratio", 9, true) << pad("rel_err", 11, true)
-              << "\n";
-  }
-  void row(const record& r) {
-    std::cout << pad(r.codec, width) << pad(r.backend, 10) << pad(r.isa, 7)
-              << pad(std::to_string(r.threads), 4, true) << "  " << pad(r.op, 18);
-    if (!r.note.empty()) {
-      std::cout << "  " << r.note << "\n" << std::flush;
-      return;
-    }
-    std::cout << pad(strprintf("%.3f", r.median_s * 1e3), 11, true)
-              << pad(strprintf("%.2f", r.gbps), 8, true)
-              << pad(strprintf("%.1f", r.roofline_share * 100), 8, true)
-              << pad(strprintf("%.2f", r.ratio), 9, true)
-              << pad(strprintf("%.3e", r.rel_error), 11, true) << "\n"
-              << std::flush;
-  }
-};
-
-struct run_state {
-  std::uint64_t min_runs = 5;
-  double memcpy_gbps = 0;
-  std::vector<record> records;
-  table out;
-  std::size_t failed = 0;
-
-  void add(record r) {
-    if (r.note.empty() && r.median_s > 0) {
-      r.gbps = r.bytes_per_element * static_cast<double>(r.n) / r.median_s * 1e-9;
-      r.roofline_share = memcpy_gbps > 0 ? r.gbps / memcpy_gbps : 0.0;
-    }
-    out.row(r);
-    records.push_back(std::move(r));
-  }
 };
 
 volatile float g_sink = 0;  // keeps the read-only sum from being optimized away
@@ -498,8 +411,7 @@ std::vector<backend> backends_from(const parsed_args& args, bool& reference_name
   for (const auto& name : split_list("--backend", *args.get("backend"))) {
     auto b = backend_from_name(name);
     if (!b) usage_fail(std::string("--backend: ") + b.error().message());
-    if (b.value() == backend::cuda)
-      usage_fail("--backend: bench measures host memory; cuda is not benchmarked here");
+    if (b.value() == backend::cuda) continue;  // run_bench handles cuda on its own
     if (!backend_available(b.value()))
       fail("backend '" + name +
            "' is not available (not built into this gradcodec, or no device present)");
@@ -524,6 +436,37 @@ std::vector<cpu_isa> isas_from(const parsed_args& args) {
     if (std::find(out.begin(), out.end(), i.value()) == out.end()) out.push_back(i.value());
   }
   return out;
+}
+
+//! --backend cuda: device buffers and CUDA-event timing (bench_cuda.cpp).
+int run_bench_gpu(const parsed_args& args, const std::vector<std::uint64_t>& sizes,
+                  const std::vector<codec_spec>& specs, std::uint64_t min_runs,
+                  const std::optional<std::string>& json) {
+  if (split_list("--backend", *args.get("backend")).size() != 1)
+    usage_fail("--backend cuda runs on its own (device memory, CUDA-event timing)");
+  if (args.has("isa") || args.has("threads")) usage_fail("--isa and --threads are CPU options");
+#if GRADCODEC_TOOL_HAVE_CUDA
+  if (!backend_available(backend::cuda)) fail("--backend cuda: no CUDA device is visible");
+  cuda_bench_request req{sizes, specs, {}};
+  if (args.has("gpu"))
+    for (const auto& g : split_list("--gpu", *args.get("gpu")))
+      req.gpus.push_back(static_cast<int>(parse_u64("--gpu", g)));
+  run_state st;
+  st.min_runs = std::max<std::uint64_t>(min_runs, 20);
+  for (const auto& s : specs) st.out.width = std::max(st.out.width, to_string(s).size() + 2);
+  std::cout << "gradcodec bench --backend cuda: f32 gradient-like data in device memory, median of "
+            << st.min_runs << " CUDA-event timings after a warm-up, L2 flushed before each;\n"
+            << "%memcpy against a device-to-device copy of the same size in this run\n";
+  run_bench_cuda(req, st);
+  finish_run(st, json);
+  return 0;
+#else
+  static_cast<void>(sizes);
+  static_cast<void>(specs);
+  static_cast<void>(min_runs);
+  static_cast<void>(json);
+  fail("backend 'cuda' is not available: this gradcodec was built without CUDA");
+#endif
 }
 
 }  // namespace
@@ -575,10 +518,16 @@ int run_bench(const parsed_args& args) {
     if (v > 1024) usage_fail("--threads: '" + t + "' is above 1024");
     threads.push_back(static_cast<int>(v));
   }
+  const auto json = args.get("json");
+  if (args.has("backend")) {
+    const auto named = split_list("--backend", *args.get("backend"));
+    if (std::find(named.begin(), named.end(), "cuda") != named.end())
+      return run_bench_gpu(args, sizes, specs, min_runs, json);
+  }
+  if (args.has("gpu")) usage_fail("--gpu: only with --backend cuda");
   bool reference_named = false;
   const std::vector<backend> backends = backends_from(args, reference_named);
   const std::vector<cpu_isa> isas = isas_from(args);
-  const auto json = args.get("json");
 
   std::vector<target> targets;
   for (const backend b : backends) {
@@ -634,13 +583,7 @@ int run_bench(const parsed_args& args) {
       std::cout << "(scalar CPU ISA skipped above 2^24: slow; name it in --isa to include it)\n";
   }
   static_cast<void>(set_cpu_isa(initial_isa));
-  if (json) {
-    write_json(*json, st.records);
-    std::cout << "\nwrote " << *json << "\n";
-  }
-  if (st.failed > 0)
-    fail(std::to_string(st.failed) + " measurement" + (st.failed > 1 ? "s" : "") +
-         " failed (see the table)");
+  finish_run(st, json);
   return 0;
 }
 

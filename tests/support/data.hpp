@@ -27,6 +27,25 @@ inline std::vector<float> gaussian(std::size_t n, std::uint64_t seed, float scal
   return v;
 }
 
+//! gaussian() with one element in `one_in` replaced by an extreme: a value scaled by
+//! 2^-140..2^109, +-0.0, +-FLT_MAX, a subnormal, or a multiple of 0.5 (a rounding tie).
+inline std::vector<float> with_extremes(std::size_t n, std::uint64_t seed, std::uint64_t one_in) {
+  auto v = gaussian(n, seed);
+  std::uint64_t s = seed | 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    switch ((s >> 33) % (one_in < 5 ? 5 : one_in)) {
+      case 0: v[i] = std::ldexp(v[i], static_cast<int>((s >> 40) % 250) - 140); break;
+      case 1: v[i] = (s >> 45) & 1 ? 0.0f : -0.0f; break;
+      case 2: v[i] = (s >> 45) & 1 ? 0x1.fffffep127f : -0x1.fffffep127f; break;
+      case 3: v[i] = std::ldexp(static_cast<float>((s >> 40) % 8), -149); break;
+      case 4: v[i] = static_cast<float>((s >> 40) % 31) * 0.5f; break;
+      default: break;
+    }
+  }
+  return v;
+}
+
 //! A tensor of n elements held in a byte vector, in any dtype.
 struct tensor {
   dtype type = dtype::f32;

@@ -108,8 +108,9 @@ GRADCODEC_HD bool encode_bucket(const params& p, const blocks::counter_rng& rng,
     }
     case codec_id::terngrad: {
       const float bound = m.finite ? blocks::terngrad_clip_bound(len, v, m.max_abs, p.clip) : 0.0f;
-      const auto q = blocks::terngrad_quantizer::of(m, bound);
-      scales[0] = q.scale;
+      scales[0] = blocks::terngrad_quantizer::of(m, bound).scale;
+      // The codes from the stored scale alone, as a two-kernel encode does.
+      const auto q = blocks::terngrad_quantizer::from_scale(scales[0]);
       for (std::uint64_t j = 0; j < len; ++j) put(j, q.code(v(j), uniform(j)));
       break;
     }
@@ -126,12 +127,13 @@ GRADCODEC_HD bool encode_bucket(const params& p, const blocks::counter_rng& rng,
     }
     case codec_id::sign:
     case codec_id::onebit: {
-      if (!m.finite) break;  // NaN scales, zero bits
-      if (p.codec == codec_id::sign)
-        scales[0] = blocks::sign_scale(p.scale, len, v, m.max_abs);
-      else
-        blocks::onebit_means(len, v, m.max_abs, scales);
-      for (std::uint64_t j = 0; j < len; ++j) put(j, blocks::sign_bit(v(j)));
+      if (m.finite) {  // else NaN scales
+        if (p.codec == codec_id::sign)
+          scales[0] = blocks::sign_scale(p.scale, len, v, m.max_abs);
+        else
+          blocks::onebit_means(len, v, m.max_abs, scales);
+      }
+      for (std::uint64_t j = 0; j < len; ++j) put(j, blocks::sign_code(scales[0], v(j)));
       break;
     }
     default: break;

@@ -38,4 +38,20 @@ GRADCODEC_HD float canonical_sum(std::uint64_t len, Term term) {
   return sum.total();
 }
 
+//! The reductions of one group as computed by one thread: the canonical sum and a count.
+//! The scale functions of blocks/quantize.hpp and blocks/sign.hpp take a reducer, so a
+//! kernel can pass one that splits the group over a warp in the same order (blocks/warp.cuh).
+struct sequential_reducer {
+  template <class Term>
+  GRADCODEC_HD float sum(std::uint64_t len, Term term) const {
+    return canonical_sum(len, term);
+  }
+  template <class Pred>
+  GRADCODEC_HD std::uint64_t count(std::uint64_t len, Pred pred) const {
+    std::uint64_t c = 0;
+    for (std::uint64_t j = 0; j < len; ++j) c += pred(j) ? 1u : 0u;
+    return c;
+  }
+};
+
 }  // namespace gradcodec::blocks

@@ -81,6 +81,25 @@ inline constexpr std::uint32_t canonical_nan_bits = 0x7FC00000u;
 GRADCODEC_HD float canonical_nan() { return bits_float(canonical_nan_bits); }
 GRADCODEC_HD float canonicalize_nan(float a) { return is_nan(a) ? canonical_nan() : a; }
 
+//! a + b and a - b that return, when an operand is NaN, the NaN an x86 SSE/AVX add returns:
+//! the first NaN operand, quieted, and for Inf - Inf the "indefinite" 0xFFC00000. GPUs
+//! return one fixed NaN instead; error-feedback sums
+//! (p = g + e) and residuals (e = p - d) use these so their bits, and the wire bytes of a
+//! cast of p, are the same on every backend.
+GRADCODEC_HD float quiet(float a) { return bits_float(float_bits(a) | 0x00400000u); }
+GRADCODEC_HD float fadd_nan_first(float a, float b) {
+  if (is_nan(a)) return quiet(a);
+  if (is_nan(b)) return quiet(b);
+  const float r = fadd(a, b);
+  return is_nan(r) ? bits_float(0xFFC00000u) : r;
+}
+GRADCODEC_HD float fsub_nan_first(float a, float b) {
+  if (is_nan(a)) return quiet(a);
+  if (is_nan(b)) return quiet(b);
+  const float r = fsub(a, b);
+  return is_nan(r) ? bits_float(0xFFC00000u) : r;
+}
+
 //! The power-of-two pre-scale of docs/codecs.md "Scaled reductions" for a group whose
 //! largest |v| is m: down = 2^-e and up = 2^e for m's exponent e clamped to [-126, 126].
 struct prescale {

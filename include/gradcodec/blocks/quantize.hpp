@@ -3,7 +3,8 @@
 //! The per-bucket and per-element rules of the bucketed quantizers qsgd, terngrad and
 //! minmax (docs/codecs.md "Bucketed quantizers"), as __host__ __device__ pieces:
 //!
-//! - a scale reduction per bucket (`bucket_scan`, `qsgd_norm`, `terngrad_clip_bound`,
+//! - a scale reduction per bucket (over a reducer: one thread by default, or a warp)
+//! (`bucket_scan`, `qsgd_norm`, `terngrad_clip_bound`,
 //!   `minmax_range`), each over a callable v(j) -> float for j in [0, len) of the bucket;
 //! - a quantizer made once per bucket from its scales, whose code(v, u) gives the code of
 //!   one value (u: the element's uniform from blocks/philox.hpp, used only when rounding
@@ -72,12 +73,13 @@ GRADCODEC_HD std::uint32_t qsgd_code_bits(std::uint32_t s) {
 }
 
 //! The bucket's norm: max |v| or the L2 norm (capped at FLT_MAX); NaN for a non-finite bucket.
-template <class Value>
-GRADCODEC_HD float qsgd_norm(std::uint64_t len, Value v, bucket_scan m, bool max_norm) {
+template <class Value, class Reducer = sequential_reducer>
+GRADCODEC_HD float qsgd_norm(std::uint64_t len, Value v, bucket_scan m, bool max_norm,
+                             Reducer red = {}) {
   if (!m.finite) return canonical_nan();
   if (max_norm) return m.max_abs;
   const prescale p = prescale_for(m.max_abs);
-  const float sum = canonical_sum(len, [&](std::uint64_t j) {
+  const float sum = red.sum(len, [&](std::uint64_t j) {
     const float t = fmul(v(j), p.down);
     return fmul(t, t);
   });
@@ -133,18 +135,18 @@ struct qsgd_dequantizer {
 inline constexpr std::uint32_t terngrad_code_bits = 2;
 
 //! clip * sigma of a finite bucket (its largest |v| is max_abs); +Inf when clip is 0.
-template <class Value>
-GRADCODEC_HD float terngrad_clip_bound(std::uint64_t len, Value v, float max_abs, float clip) {
+template <class Value, class Reducer = sequential_reducer>
+GRADCODEC_HD float terngrad_clip_bound(std::uint64_t len, Value v, float max_abs, float clip,
+                                       Reducer red = {}) {
   if (!(clip > 0.0f)) return bits_float(0x7F800000u);
   const prescale p = prescale_for(max_abs);
   const float n = static_cast<float>(len);
-  const float mean =
-      fdiv(canonical_sum(len, [&](std::uint64_t j) { return fmul(v(j), p.down); }), n);
-  const float var = fdiv(canonical_sum(len,
-                                       [&](std::uint64_t j) {
-                                         const float d = fsub(fmul(v(j), p.down), mean);
-                                         return fmul(d, d);
-                                       }),
+  const float mean = fdiv(red.sum(len, [&](std::uint64_t j) { return fmul(v(j), p.down); }), n);
+  const float var = fdiv(red.sum(len,
+                                 [&](std::uint64_t j) {
+                                   const float d = fsub(fmul(v(j), p.down), mean);
+                                   return fmul(d, d);
+                                 }),
                          n);
   return fmul(clip, fmul(fsqrt(var), p.up));
 }
@@ -159,6 +161,16 @@ struct terngrad_quantizer {
     q.bound = bound;
     q.scale = !m.finite ? canonical_nan() : (bound < m.max_abs ? bound : m.max_abs);
     if (q.scale > 0.0f) q.prob = level_ratio::of(q.scale, 1.0f);
+    return q;
+  }
+  //! The quantizer of a bucket whose stored scale is s: clipping at s instead of the clip
+  //! bound changes nothing (s is the bound when the bound is below max |v|, and no value
+  //! exceeds s otherwise), so a codes pass needs only the payload's scale.
+  GRADCODEC_HD static terngrad_quantizer from_scale(float s) {
+    terngrad_quantizer q;
+    q.scale = s;
+    q.bound = s;
+    if (s > 0.0f) q.prob = level_ratio::of(s, 1.0f);
     return q;
   }
   //! 01 (+s) or 11 (-s) with probability |w| / s, else 00.

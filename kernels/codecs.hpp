@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The CUDA codecs of kernels/*.cu, gathered into the backend table by table.cu.
+#pragma once
+
+#include "../src/backend.hpp"
+
+namespace gradcodec::cuda {
+
+#define GRADCODEC_CUDA_CODEC(name)                                                        \
+  std::size_t name##_workspace(const codec_spec&, const_tensor_view shape, operation op); \
+  status name##_encode(const detail::encode_call& c);                                     \
+  status name##_decode(const detail::decode_call& c);                                     \
+  status name##_encode_feedback(const detail::feedback_call& c);
+GRADCODEC_CUDA_CODEC(cast)
+GRADCODEC_CUDA_CODEC(bucketed)
+GRADCODEC_CUDA_CODEC(randomk)
+#undef GRADCODEC_CUDA_CODEC
+
+}  // namespace gradcodec::cuda

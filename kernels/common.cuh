@@ -1,0 +1,118 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! What every CUDA codec shares: status from CUDA errors, element access in any dtype,
+//! the decoded-value store, launch shapes, the workspace's status words, and the kernel
+//! that finishes a frame header on the device.
+//!
+//! Contract with the front end (src/backend.hpp): buffers are device memory; a CUDA codec
+//! writes the whole frame itself, header included (at payload - header_bytes), because
+//! the non-finite flag and with it the header checksum are known only on the device.
+//! Everything is stream-ordered on the caller's stream: no allocation, no host
+//! synchronization, no pageable copies, so an encode can be captured in a CUDA graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "../src/backend.hpp"
+#include "gradcodec/blocks/float16.hpp"
+#include "gradcodec/blocks/fmath.hpp"
+#include "gradcodec/blocks/header.hpp"
+
+namespace gradcodec::cuda {
+
+inline cudaStream_t stream_of(void* s) { return static_cast<cudaStream_t>(s); }
+
+//! A failed CUDA call or launch as a status naming it.
+status cuda_error(cudaError_t e, const char* what);
+
+#define GRADCODEC_CUDA_TRY(call)                                                                \
+  do {                                                                                          \
+    const cudaError_t gradcodec_e_ = (call);                                                    \
+    if (gradcodec_e_ != cudaSuccess) return ::gradcodec::cuda::cuda_error(gradcodec_e_, #call); \
+  } while (0)
+
+//! Launch errors (bad configuration, no kernel image for this GPU) show up here.
+#define GRADCODEC_CUDA_LAUNCHED(what) GRADCODEC_CUDA_TRY(cudaPeekAtLastError())
+
+__device__ __forceinline__ float load_elem(const void* base, dtype t, std::uint64_t i) {
+  if (t == dtype::f32) return static_cast<const float*>(base)[i];
+  const std::uint16_t h = static_cast<const std::uint16_t*>(base)[i];
+  return t == dtype::f16 ? blocks::f16_to_f32(h) : blocks::bf16_to_f32(h);
+}
+
+__device__ __forceinline__ void store_elem(void* base, dtype t, std::uint64_t i, float x) {
+  if (t == dtype::f32)
+    static_cast<float*>(base)[i] = x;
+  else
+    static_cast<std::uint16_t*>(base)[i] =
+        t == dtype::f16 ? blocks::f32_to_f16(x) : blocks::f32_to_bf16(x);
+}
+
+//! Where decoded values go: out[i] = v, or acc[i] = fma(alpha, v, acc[i]), NaN canonical;
+//! or, for error feedback, residual[i] = p[i] - v (the generic composition's residual).
+struct decode_target {
+  void* data;
+  dtype type;
+  float alpha;
+  bool accumulate;
+  const float* minuend;  //!< p when this is a residual update, else null
+  __device__ __forceinline__ void emit(std::uint64_t i, float v) const {
+    v = blocks::canonicalize_nan(v);
+    if (minuend != nullptr) {
+      store_elem(data, type, i, blocks::fsub_nan_first(minuend[i], v));
+      return;
+    }
+    if (accumulate) v = blocks::canonicalize_nan(blocks::ffma(alpha, v, load_elem(data, type, i)));
+    store_elem(data, type, i, v);
+  }
+};
+
+inline decode_target target_of(const detail::decode_call& c) {
+  return {c.out.data, c.out.type, c.alpha, c.accumulate, nullptr};
+}
+inline decode_target residual_target(tensor_view residual, const float* p) {
+  return {residual.data, residual.type, 1.0f, false, p};
+}
+
+//! Grid of `threads`-thread blocks for grid-stride loops over `work` items.
+inline unsigned grid_for(std::uint64_t work, unsigned threads) {
+  const std::uint64_t blocks_needed = (work + threads - 1) / threads;
+  constexpr std::uint64_t cap = 65535u * 4u;  // enough to fill any current GPU
+  return static_cast<unsigned>(blocks_needed == 0 ? 1
+                                                  : (blocks_needed < cap ? blocks_needed : cap));
+}
+
+//! The first bytes of every CUDA workspace: the device words a frame's header depends on.
+inline constexpr std::size_t status_bytes = 256;
+struct status_words {
+  unsigned nonfinite;
+};
+inline status_words* status_of(mutable_bytes ws) {
+  return reinterpret_cast<status_words*>(ws.data());
+}
+inline mutable_bytes after_status(mutable_bytes ws) {
+  return {ws.data() + status_bytes, ws.size() - status_bytes};
+}
+
+//! Clears the status words before an encode's kernels run.
+status begin_frame(mutable_bytes ws, void* stream);
+//! Writes the header of `h` (flags | flag_nonfinite when a kernel reported one) before the
+//! payload at `payload`.
+status finish_frame(const frame_header& h, std::byte* payload, mutable_bytes ws, void* stream);
+//! Frames on the device must start 16-byte aligned (cudaMalloc gives 256): the kernels
+//! read and write scales and code words in place.
+status check_frame_alignment(const std::byte* payload);
+//! Zeroes payload bytes [from, to) (padding): stream-ordered.
+status zero_bytes(std::byte* payload, std::uint64_t from, std::uint64_t to, void* stream);
+
+//! Grid-stride index of this thread and the stride.
+__device__ __forceinline__ std::uint64_t thread_index() {
+  return blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x;
+}
+__device__ __forceinline__ std::uint64_t thread_stride() {
+  return std::uint64_t{gridDim.x} * blockDim.x;
+}
+
+}  // namespace gradcodec::cuda

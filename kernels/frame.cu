@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The device side of a frame: status words, the header kernel, padding, CUDA errors.
+#include <string>
+
+#include "common.cuh"
+
+namespace gradcodec::cuda {
+
+status cuda_error(cudaError_t e, const char* what) {
+  return {status_code::backend_unavailable,
+          std::string("CUDA: ").append(what).append(": ").append(cudaGetErrorString(e))};
+}
+
+namespace {
+
+__global__ void finish_header_kernel(frame_header h, const status_words* st, std::uint8_t* dst) {
+  if (st->nonfinite != 0) h.flags = static_cast<std::uint8_t>(h.flags | flag_nonfinite);
+  blocks::serialize_header(h, dst);
+}
+
+}  // namespace
+
+status begin_frame(mutable_bytes ws, void* stream) {
+  GRADCODEC_CUDA_TRY(cudaMemsetAsync(ws.data(), 0, sizeof(status_words), stream_of(stream)));
+  return {};
+}
+
+status finish_frame(const frame_header& h, std::byte* payload, mutable_bytes ws, void* stream) {
+  finish_header_kernel<<<1, 1, 0, stream_of(stream)>>>(
+      h, status_of(ws), reinterpret_cast<std::uint8_t*>(payload - header_bytes));
+  GRADCODEC_CUDA_LAUNCHED("finish_header_kernel");
+  return {};
+}
+
+status check_frame_alignment(const std::byte* payload) {
+  if (reinterpret_cast<std::uintptr_t>(payload) % 16 != 0)
+    return {status_code::invalid_argument, "CUDA backend: frames must start 16-byte aligned"};
+  return {};
+}
+
+status zero_bytes(std::byte* payload, std::uint64_t from, std::uint64_t to, void* stream) {
+  if (to > from)
+    GRADCODEC_CUDA_TRY(cudaMemsetAsync(payload + from, 0, to - from, stream_of(stream)));
+  return {};
+}
+
+}  // namespace gradcodec::cuda

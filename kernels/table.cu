@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The CUDA backend table: which codecs run on the GPU, how the front end recognises
+//! device memory, and how it reads a frame header that lives on the device.
+#include <cstring>
+
+#include "codecs.hpp"
+#include "common.cuh"
+
+namespace gradcodec::detail {
+
+namespace {
+
+bool device_present() noexcept {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+bool owns(const void* p) noexcept {
+  if (p == nullptr) return false;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // not a CUDA pointer: clear the sticky-free error state
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+//! One small device-to-host copy and a wait on the caller's stream: the front end checks
+//! the header on the host before it launches anything.
+result<frame_header> read_header(const_bytes frame, void* stream) noexcept {
+  std::byte host[header_bytes];
+  const std::size_t len = frame.size() < header_bytes ? frame.size() : header_bytes;
+  const cudaStream_t s = cuda::stream_of(stream);
+  cudaError_t e = cudaMemcpyAsync(host, frame.data(), len, cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (e != cudaSuccess) return cuda::cuda_error(e, "reading the frame header");
+  return peek({host, len});
+}
+
+const device_access access{owns, read_header};
+
+constexpr codec_ops bucketed{cuda::bucketed_workspace, cuda::bucketed_encode, cuda::bucketed_decode,
+                             cuda::bucketed_encode_feedback};
+constexpr codec_ops randomk{cuda::randomk_workspace, cuda::randomk_encode, cuda::randomk_decode,
+                            cuda::randomk_encode_feedback};
+constexpr codec_ops cast{cuda::cast_workspace, cuda::cast_encode, cuda::cast_decode,
+                         cuda::cast_encode_feedback};
+
+backend_table make_table() {
+  backend_table t{"cuda", {}, &access};
+  auto set = [&](codec_id id, codec_ops ops) { t.codecs[static_cast<int>(id) - 1] = ops; };
+  for (codec_id id :
+       {codec_id::qsgd, codec_id::terngrad, codec_id::minmax, codec_id::onebit, codec_id::sign})
+    set(id, bucketed);
+  set(codec_id::randomk, randomk);
+  set(codec_id::fp16, cast);
+  set(codec_id::bf16, cast);
+  return t;
+}
+
+}  // namespace
+
+//! Null when no CUDA device is visible, so backend_available(cuda) says so.
+const backend_table* cuda_backend_table() noexcept {
+  static const bool present = device_present();
+  static const backend_table table = make_table();
+  return present ? &table : nullptr;
+}
+
+}  // namespace gradcodec::detail

@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+// The CUDA backend against the reference, on a GPU (skipped with a message without one):
+// for every codec it offers, f32/f16/bf16 input, sizes 0, 1, 7, 4097, 2^20 + 3 and 2^26,
+// fresh random data with NaN/Inf, subnormal, +-FLT_MAX and -0.0 runs: the encoded frame
+// is byte-identical, decode and decode-accumulate write identical bits, and fused error
+// feedback gives the reference's frame and residual. Every output is poisoned before the
+// call, and bytes past the frame must stay poisoned. Plus the device-path checks: automatic
+// backend choice by pointer, misaligned frames, nonfinite=error, corrupt headers.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "support/data.hpp"
+
+namespace gc = gradcodec;
+using namespace gc::test;
+
+namespace {
+
+bool have_gpu() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+//! GRADCODEC_TEST_MAX_N caps the sizes (scripts/gpu-check runs this suite under
+//! compute-sanitizer, which is 10-100x slower, with small sizes only).
+std::size_t max_n() {
+  const char* e = std::getenv("GRADCODEC_TEST_MAX_N");
+  return e != nullptr ? static_cast<std::size_t>(std::strtoull(e, nullptr, 10)) : ~std::size_t{0};
+}
+
+#define SKIP_WITHOUT_GPU() \
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: CUDA backend tests need a GPU"
+
+//! Device memory holding a copy of host bytes (or `size` poisoned bytes).
+struct device_bytes {
+  std::byte* ptr = nullptr;
+  std::size_t size = 0;
+  explicit device_bytes(std::size_t n, int fill = 0xA5) : size(n) {
+    EXPECT_EQ(cudaMalloc(&ptr, n + 256), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ptr, fill, n + 256), cudaSuccess);
+  }
+  explicit device_bytes(const std::vector<std::byte>& host) : device_bytes(host.size()) {
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~device_bytes() { cudaFree(ptr); }
+  device_bytes(const device_bytes&) = delete;
+  device_bytes& operator=(const device_bytes&) = delete;
+  //! The first `n` bytes plus the 256 guard bytes behind the buffer.
+  std::vector<std::byte> read(std::size_t n) const {
+    std::vector<std::byte> h(n + 256);
+    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n + 256, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+std::vector<float> stress(std::size_t n, std::uint64_t seed) {
+  auto v = with_extremes(n, seed, 64);
+  if (n > 100) v[n / 3] = std::numeric_limits<float>::quiet_NaN();
+  if (n > 100) v[2 * n / 3] = -std::numeric_limits<float>::infinity();
+  return v;
+}
+
+const char* const kSpecs[] = {
+    "fp16",
+    "bf16",
+    "qsgd",
+    "qsgd:rounding=nearest,norm=max,bucket=17",
+    "qsgd:levels=127,bucket=4101",
+    "terngrad",
+    "terngrad:clip=2.5,bucket=257",
+    "minmax",
+    "minmax:bits=3,bucket=33,rounding=stochastic",
+    "minmax:bits=8,bucket=2049",
+    "sign",
+    "sign:scale=mean,bucket=100",
+    "sign:scale=l2,bucket=7",
+    "onebit",
+    "onebit:bucket=3",
+    "randomk",
+    "randomk:ratio=0.3,unbiased=1",
+    "randomk:k=3",
+};
+
+gc::exec_options on_cuda(std::byte* ws, std::size_t ws_size) {
+  gc::exec_options o;
+  o.where = gc::backend::cuda;
+  o.workspace = {ws, ws_size};
+  return o;
+}
+
+std::size_t workspace_for(const gc::codec_spec& spec, const tensor& t, gc::operation op) {
+  gc::exec_options o;
+  o.where = gc::backend::cuda;
+  return gc::workspace_size(spec, t.cview(), op, o).value();
+}
+
+//! One spec, dtype and size: encode, decode, decode-accumulate and error feedback.
+void check_case(const char* text, gc::dtype type, std::size_t n) {
+  SCOPED_TRACE(std::string(text) + " " + std::string(gc::dtype_name(type)) +
+               " n=" + std::to_string(n));
+  const gc::codec_spec spec = gc::parse_spec(text).value();
+  const gc::context ctx{42, 9, 3};
+  const tensor x(stress(n, n * 7 + 1), type);
+  const auto want = encode_vec(spec, ctx, x.cview()).value();
+
+  device_bytes d_x(x.bytes);
+  const std::size_t bound = gc::encode_bound(spec, n, type);
+  device_bytes d_frame(bound);
+  std::size_t ws_size = workspace_for(spec, x, gc::operation::encode);
+  device_bytes d_ws(ws_size);
+  const gc::const_tensor_view dx{d_x.ptr, n, type, 0};
+  auto got_size = gc::encode(spec, ctx, dx, {d_frame.ptr, bound}, on_cuda(d_ws.ptr, ws_size));
+  ASSERT_TRUE(got_size) << got_size.error().message();
+  ASSERT_EQ(got_size.value(), want.size());
+  const auto got = d_frame.read(bound);
+  ASSERT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0) << "encoded bytes differ";
+  for (std::size_t i = want.size(); i < got.size(); ++i)
+    ASSERT_EQ(got[i], std::byte{0xA5}) << "byte " << i << " past the frame was written";
+
+  // decode and decode-accumulate into each output dtype
+  for (auto out_type : {gc::dtype::f32, gc::dtype::bf16})
+    for (bool accumulate : {false, true}) {
+      tensor expected(gaussian(n, n + 5), out_type);
+      device_bytes d_out(accumulate
+                             ? expected.bytes
+                             : std::vector<std::byte>(expected.bytes.size(), std::byte{0xA5}));
+      ASSERT_TRUE(
+          decode_vec(want, expected.mview(), gc::backend::reference, accumulate, 0.75f).ok());
+      std::size_t dws =
+          gc::workspace_size(gc::spec_of(gc::peek(want).value()), expected.cview(),
+                             accumulate ? gc::operation::decode_accumulate : gc::operation::decode,
+                             on_cuda(nullptr, 0))
+              .value();
+      device_bytes d_dws(dws);
+      const gc::tensor_view dout{d_out.ptr, n, out_type, 0};
+      const gc::const_bytes frame{d_frame.ptr, want.size()};
+      const auto st = accumulate
+                          ? gc::decode_accumulate(frame, dout, 0.75f, on_cuda(d_dws.ptr, dws))
+                          : gc::decode(frame, dout, on_cuda(d_dws.ptr, dws));
+      ASSERT_TRUE(st.ok()) << st.message();
+      const auto out = d_out.read(expected.bytes.size());
+      ASSERT_EQ(std::memcmp(out.data(), expected.bytes.data(), expected.bytes.size()), 0)
+          << (accumulate ? "decode_accumulate" : "decode") << " into " << gc::dtype_name(out_type)
+          << " differs";
+    }
+
+  // fused error feedback: frame and residual
+  tensor res_want(gaussian(n, n + 9, 0.01f), type);
+  device_bytes d_res(res_want.bytes);
+  std::vector<std::byte> ef_ws_host(
+      gc::workspace_size(spec, x.cview(), gc::operation::encode_with_feedback).value());
+  gc::exec_options ref;
+  ref.where = gc::backend::reference;
+  ref.workspace = ef_ws_host;
+  std::vector<std::byte> ef_want(bound);
+  auto ef_size = gc::encode_with_feedback(spec, ctx, x.cview(), res_want.mview(), ef_want, ref);
+  ASSERT_TRUE(ef_size);
+  ws_size = workspace_for(spec, x, gc::operation::encode_with_feedback);
+  device_bytes d_efws(ws_size);
+  device_bytes d_ef(bound);
+  auto ef_got = gc::encode_with_feedback(spec, ctx, dx, {d_res.ptr, n, type, 0}, {d_ef.ptr, bound},
+                                         on_cuda(d_efws.ptr, ws_size));
+  ASSERT_TRUE(ef_got) << ef_got.error().message();
+  ASSERT_EQ(ef_got.value(), ef_size.value());
+  const auto ef_bytes = d_ef.read(bound);
+  ASSERT_EQ(std::memcmp(ef_bytes.data(), ef_want.data(), ef_size.value()), 0) << "EF frame differs";
+  const auto res = d_res.read(res_want.bytes.size());
+  ASSERT_EQ(std::memcmp(res.data(), res_want.bytes.data(), res_want.bytes.size()), 0)
+      << "EF residual differs";
+}
+
+}  // namespace
+
+TEST(CudaBackend, EveryCodecMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  for (const char* text : kSpecs)
+    for (auto type : {gc::dtype::f32, gc::dtype::f16, gc::dtype::bf16})
+      for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4097},
+                            (std::size_t{1} << 20) + 3})
+        if (n <= max_n()) check_case(text, type, n);
+}
+
+TEST(CudaBackend, LargeTensorMatchesTheReference) {
+  SKIP_WITHOUT_GPU();
+  if (max_n() < (std::size_t{1} << 26)) GTEST_SKIP() << "GRADCODEC_TEST_MAX_N is below 2^26";
+  for (const char* text : {"qsgd", "minmax", "sign:scale=mean", "fp16", "randomk"})
+    check_case(text, gc::dtype::f32, std::size_t{1} << 26);
+}
+
+TEST(CudaBackend, AutomaticPicksTheGpuForDeviceMemory) {
+  SKIP_WITHOUT_GPU();
+  const gc::codec_spec spec = gc::parse_spec("minmax").value();
+  const tensor x(gaussian(5000, 1), gc::dtype::f32);
+  device_bytes d_x(x.bytes);
+  const std::size_t bound = gc::encode_bound(spec, x.n);
+  device_bytes d_frame(bound);
+  gc::exec_options o;  // automatic
+  const std::size_t ws =
+      gc::workspace_size(spec, {d_x.ptr, x.n, gc::dtype::f32, 0}, gc::operation::encode, o).value();
+  device_bytes d_ws(ws);
+  o.workspace = {d_ws.ptr, ws};
+  auto n = gc::encode(spec, {}, {d_x.ptr, x.n, gc::dtype::f32, 0}, {d_frame.ptr, bound}, o);
+  ASSERT_TRUE(n) << n.error().message();
+  const auto want = encode_vec(spec, {}, x.cview()).value();
+  EXPECT_EQ(std::memcmp(d_frame.read(want.size()).data(), want.data(), want.size()), 0);
+}
+
+TEST(CudaBackend, BadCallsAreRefusedWithoutWriting) {
+  SKIP_WITHOUT_GPU();
+  const gc::codec_spec spec = gc::parse_spec("qsgd").value();
+  const tensor x(gaussian(4097, 2), gc::dtype::f32);
+  device_bytes d_x(x.bytes);
+  const std::size_t bound = gc::encode_bound(spec, x.n);
+  const std::size_t ws = workspace_for(spec, x, gc::operation::encode);
+  device_bytes d_ws(ws);
+  const gc::const_tensor_view dx{d_x.ptr, x.n, gc::dtype::f32, 0};
+
+  // a frame that does not start 16-byte aligned
+  device_bytes d_frame(bound + 16);
+  auto r = gc::encode(spec, {}, dx, {d_frame.ptr + 4, bound}, on_cuda(d_ws.ptr, ws));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), gc::status_code::invalid_argument);
+  // nonfinite=error cannot scan device memory
+  r = gc::encode(gc::parse_spec("qsgd:nonfinite=error").value(), {}, dx, {d_frame.ptr, bound},
+                 on_cuda(d_ws.ptr, ws));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), gc::status_code::invalid_argument);
+  // host memory on the CUDA backend
+  std::vector<std::byte> host_frame(bound);
+  r = gc::encode(spec, {}, x.cview(), host_frame, on_cuda(d_ws.ptr, ws));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), gc::status_code::invalid_argument);
+  // one byte short
+  r = gc::encode(spec, {}, dx, {d_frame.ptr, bound - 1}, on_cuda(d_ws.ptr, ws));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), gc::status_code::output_too_small);
+  const auto untouched = d_frame.read(bound);
+  for (auto b : untouched) ASSERT_EQ(b, std::byte{0xA5});
+
+  // a corrupt header on the device is reported, the output stays untouched
+  auto frame = encode_vec(spec, {}, x.cview()).value();
+  frame[10] ^= std::byte{1};
+  device_bytes d_bad(frame);
+  device_bytes d_out(x.bytes.size());
+  const auto st = gc::decode({d_bad.ptr, frame.size()}, {d_out.ptr, x.n, gc::dtype::f32, 0},
+                             on_cuda(d_ws.ptr, ws));
+  EXPECT_EQ(st.code(), gc::status_code::corrupt_frame);
+  for (auto b : d_out.read(x.bytes.size())) ASSERT_EQ(b, std::byte{0xA5});
+}
