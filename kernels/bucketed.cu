@@ -84,13 +84,7 @@ frame_shape shape_of_header(const frame_header& h) {
   return f;
 }
 
-struct input {
-  const void* data;
-  dtype type;
-  __device__ __forceinline__ float operator()(std::uint64_t i) const {
-    return load_elem(data, type, i);
-  }
-};
+using input = values_in;
 
 __global__ void scales_kernel(frame_shape f, input in, std::uint8_t* payload, status_words* st) {
   const unsigned lane = threadIdx.x % 32u;
@@ -237,12 +231,6 @@ __global__ void decode_kernel(frame_shape f, const std::uint8_t* payload, decode
   }
 }
 
-__global__ void feedback_sum_kernel(const void* g, dtype gt, const void* e, dtype et,
-                                    std::uint64_t n, float* p) {
-  for (std::uint64_t i = thread_index(); i < n; i += thread_stride())
-    p[i] = blocks::fadd_nan_first(load_elem(g, gt, i), load_elem(e, et, i));
-}
-
 void fill_header(const codec_spec& s, const blocks::bucket_layout& l, frame_header& h) {
   h.group = s.bucket;
   h.payload_bytes = l.total;
@@ -310,13 +298,8 @@ status bucketed_encode(const detail::encode_call& c) {
 status bucketed_decode(const detail::decode_call& c) { return decode_into(c, target_of(c)); }
 
 status bucketed_encode_feedback(const detail::feedback_call& c) {
-  const std::uint64_t n = c.enc.in.n;
   auto* p = reinterpret_cast<float*>(after_status(c.enc.workspace).data());
-  if (n > 0) {
-    feedback_sum_kernel<<<grid_for(n, threads), threads, 0, stream_of(c.enc.stream)>>>(
-        c.enc.in.data, c.enc.in.type, c.residual.data, c.residual.type, n, p);
-    GRADCODEC_CUDA_LAUNCHED("feedback_sum_kernel");
-  }
+  if (auto st = feedback_sum(c.enc.in, c.residual, p, c.enc.stream); !st.ok()) return st;
   if (auto st = encode_values(c.enc, input{p, dtype::f32}); !st.ok()) return st;
   const detail::decode_call d{c.enc.hdr, c.enc.payload,   c.residual,    1.0f,
                               false,     c.enc.workspace, c.enc.threads, c.enc.stream};

@@ -15,6 +15,7 @@ namespace gradcodec::cuda {
 GRADCODEC_CUDA_CODEC(cast)
 GRADCODEC_CUDA_CODEC(bucketed)
 GRADCODEC_CUDA_CODEC(randomk)
+GRADCODEC_CUDA_CODEC(topk)
 #undef GRADCODEC_CUDA_CODEC
 
 }  // namespace gradcodec::cuda

@@ -50,6 +50,15 @@ __device__ __forceinline__ void store_elem(void* base, dtype t, std::uint64_t i,
         t == dtype::f16 ? blocks::f32_to_f16(x) : blocks::f32_to_bf16(x);
 }
 
+//! Values v(i) of a tensor in any dtype, as kernels read their input.
+struct values_in {
+  const void* data;
+  dtype type;
+  __device__ __forceinline__ float operator()(std::uint64_t i) const {
+    return load_elem(data, type, i);
+  }
+};
+
 //! Where decoded values go: out[i] = v, or acc[i] = fma(alpha, v, acc[i]), NaN canonical;
 //! or, for error feedback, residual[i] = p[i] - v (the generic composition's residual).
 struct decode_target {
@@ -87,7 +96,8 @@ inline unsigned grid_for(std::uint64_t work, unsigned threads) {
 //! The first bytes of every CUDA workspace: the device words a frame's header depends on.
 inline constexpr std::size_t status_bytes = 256;
 struct status_words {
-  unsigned nonfinite;
+  unsigned nonfinite;  //!< encode: an input value was NaN or Inf
+  unsigned bad_index;  //!< sparse decode: an index out of range or out of order
 };
 inline status_words* status_of(mutable_bytes ws) {
   return reinterpret_cast<status_words*>(ws.data());
@@ -104,6 +114,9 @@ status finish_frame(const frame_header& h, std::byte* payload, mutable_bytes ws,
 //! Frames on the device must start 16-byte aligned (cudaMalloc gives 256): the kernels
 //! read and write scales and code words in place.
 status check_frame_alignment(const std::byte* payload);
+//! p[i] = g[i] + e[i] (f32, NaN as on the host: blocks::fadd_nan_first), the first step of
+//! the generic error-feedback composition.
+status feedback_sum(const_tensor_view g, const_tensor_view e, float* p, void* stream);
 //! Zeroes payload bytes [from, to) (padding): stream-ordered.
 status zero_bytes(std::byte* payload, std::uint64_t from, std::uint64_t to, void* stream);
 

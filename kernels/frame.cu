@@ -19,7 +19,22 @@ __global__ void finish_header_kernel(frame_header h, const status_words* st, std
   blocks::serialize_header(h, dst);
 }
 
+__global__ void feedback_sum_kernel(const void* g, dtype gt, const void* e, dtype et,
+                                    std::uint64_t n, float* p) {
+  for (std::uint64_t i = thread_index(); i < n; i += thread_stride())
+    p[i] = blocks::fadd_nan_first(load_elem(g, gt, i), load_elem(e, et, i));
+}
+
 }  // namespace
+
+status feedback_sum(const_tensor_view g, const_tensor_view e, float* p, void* stream) {
+  if (g.n == 0) return {};
+  constexpr unsigned threads = 256;
+  feedback_sum_kernel<<<grid_for(g.n, threads), threads, 0, stream_of(stream)>>>(
+      g.data, g.type, e.data, e.type, g.n, p);
+  GRADCODEC_CUDA_LAUNCHED("feedback_sum_kernel");
+  return {};
+}
 
 status begin_frame(mutable_bytes ws, void* stream) {
   GRADCODEC_CUDA_TRY(cudaMemsetAsync(ws.data(), 0, sizeof(status_words), stream_of(stream)));

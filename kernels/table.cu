@@ -44,6 +44,8 @@ constexpr codec_ops bucketed{cuda::bucketed_workspace, cuda::bucketed_encode, cu
                              cuda::bucketed_encode_feedback};
 constexpr codec_ops randomk{cuda::randomk_workspace, cuda::randomk_encode, cuda::randomk_decode,
                             cuda::randomk_encode_feedback};
+constexpr codec_ops topk{cuda::topk_workspace, cuda::topk_encode, cuda::topk_decode,
+                         cuda::topk_encode_feedback};
 constexpr codec_ops cast{cuda::cast_workspace, cuda::cast_encode, cuda::cast_decode,
                          cuda::cast_encode_feedback};
 
@@ -54,6 +56,7 @@ backend_table make_table() {
        {codec_id::qsgd, codec_id::terngrad, codec_id::minmax, codec_id::onebit, codec_id::sign})
     set(id, bucketed);
   set(codec_id::randomk, randomk);
+  set(codec_id::topk, topk);
   set(codec_id::fp16, cast);
   set(codec_id::bf16, cast);
   return t;

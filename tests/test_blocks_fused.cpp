@@ -16,7 +16,9 @@
 
 #include "gradcodec/blocks/bitstream.hpp"
 #include "gradcodec/blocks/canonical_sum.hpp"
+#include "gradcodec/blocks/radix_select.hpp"
 #include "gradcodec/blocks/randomk.hpp"
+#include "gradcodec/blocks/sparse.hpp"
 #include "support/data.hpp"
 #include "support/fused_codec.hpp"
 
@@ -189,6 +191,60 @@ TEST(BlocksFused, RandomkStrataWriteTheLibraryFrame) {
       EXPECT_EQ(back.step_lo, rng.step_lo);
       EXPECT_EQ(back.tensor_lo, rng.tensor_lo);
     }
+}
+
+// The GPU's top-k as a sequential walk: three radix passes over the sparse keys, then the
+// compaction rule (key > T, or key == T among the first need_equal), gives the library's
+// top-k frame, ties, NaN and Inf included.
+TEST(BlocksFused, RadixSelectGivesTheLibraryTopk) {
+  for (const char* text : {"topk", "topk:k=1", "topk:ratio=0.3", "topk:k=4097"})
+    for (std::size_t n : {1u, 7u, 4097u, 65539u})
+      for (bool ties : {false, true}) {
+        SCOPED_TRACE(std::string(text) + " n=" + std::to_string(n) + (ties ? " ties" : ""));
+        const gc::codec_spec spec = gc::parse_spec(text).value();
+        auto v = stress(n, n + 1, true);
+        if (ties)
+          for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 5) - 2.0f;
+        const tensor x(v, gc::dtype::f32);
+        const auto expected = encode_vec(spec, {}, x.cview()).value();
+        const std::uint64_t k = gc::sparse_count(spec, n);
+        gc::blocks::radix_state st;
+        st.remaining = k;
+        for (int pass = 0; pass < gc::blocks::radix_pass_count; ++pass) {
+          std::vector<std::uint32_t> hist(gc::blocks::radix_bins(pass), 0);
+          for (std::size_t i = 0; i < n; ++i) {
+            const std::uint32_t key = gc::blocks::sparse_key(v[i]);
+            if (st.matches(key)) ++hist[gc::blocks::radix_state::bin(key, pass)];
+          }
+          st.descend(hist.data(), pass);
+        }
+        const auto l = gc::blocks::sparse_layout_of(k, 4, false);
+        std::vector<std::byte> got(gc::header_bytes + l.total, std::byte{0});
+        std::byte* payload = got.data() + gc::header_bytes;
+        std::uint64_t at = 0, equal_seen = 0;
+        bool nonfinite = false;
+        for (std::size_t i = 0; i < n; ++i) {
+          nonfinite |= !std::isfinite(v[i]);
+          const std::uint32_t key = gc::blocks::sparse_key(v[i]);
+          const bool equal = key == st.threshold();
+          if (!(key > st.threshold() || (equal && equal_seen < st.need_equal()))) continue;
+          equal_seen += equal ? 1 : 0;
+          const auto idx = static_cast<std::uint32_t>(i);
+          std::memcpy(payload + l.values_offset + 4 * at, &v[i], 4);
+          std::memcpy(payload + l.index_offset + 4 * at, &idx, 4);
+          ++at;
+        }
+        ASSERT_EQ(at, k);
+        gc::frame_header h;
+        h.codec = gc::codec_id::topk;
+        h.n = n;
+        h.count = k;
+        h.flags = nonfinite ? gc::flag_nonfinite : 0;
+        h.payload_bytes = l.total;
+        gc::write_header(h, got.data());
+        ASSERT_EQ(got.size(), expected.size());
+        ASSERT_EQ(std::memcmp(got.data(), expected.data(), got.size()), 0);
+      }
 }
 
 TEST(BlocksFused, Pack32EqualsPutCode) {

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "gradcodec/blocks/layout.hpp"
 #include "support/data.hpp"
 
 namespace gc = gradcodec;
@@ -87,6 +89,10 @@ const char* const kSpecs[] = {
     "randomk",
     "randomk:ratio=0.3,unbiased=1",
     "randomk:k=3",
+    "topk",
+    "topk:ratio=0.001",
+    "topk:k=1",
+    "topk:ratio=0.5",
 };
 
 gc::exec_options on_cuda(std::byte* ws, std::size_t ws_size) {
@@ -191,7 +197,7 @@ TEST(CudaBackend, EveryCodecMatchesTheReference) {
 TEST(CudaBackend, LargeTensorMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   if (max_n() < (std::size_t{1} << 26)) GTEST_SKIP() << "GRADCODEC_TEST_MAX_N is below 2^26";
-  for (const char* text : {"qsgd", "minmax", "sign:scale=mean", "fp16", "randomk"})
+  for (const char* text : {"qsgd", "minmax", "sign:scale=mean", "fp16", "randomk", "topk"})
     check_case(text, gc::dtype::f32, std::size_t{1} << 26);
 }
 
@@ -254,4 +260,22 @@ TEST(CudaBackend, BadCallsAreRefusedWithoutWriting) {
                              on_cuda(d_ws.ptr, ws));
   EXPECT_EQ(st.code(), gc::status_code::corrupt_frame);
   for (auto b : d_out.read(x.bytes.size())) ASSERT_EQ(b, std::byte{0xA5});
+
+  // a top-k payload whose indices are out of order: refused before anything is written
+  const gc::codec_spec topk = gc::parse_spec("topk:k=8").value();
+  auto sparse = encode_vec(topk, {}, x.cview()).value();
+  const auto l = gc::blocks::sparse_layout_of(8, 4, false);
+  std::byte* first = sparse.data() + gc::header_bytes + l.index_offset;
+  std::swap_ranges(first, first + 4, first + 4);
+  device_bytes d_sparse(sparse);
+  for (bool accumulate : {false, true}) {
+    device_bytes d_acc(x.bytes.size());
+    const gc::tensor_view acc{d_acc.ptr, x.n, gc::dtype::f32, 0};
+    const auto st2 =
+        accumulate
+            ? gc::decode_accumulate({d_sparse.ptr, sparse.size()}, acc, 1.0f, on_cuda(d_ws.ptr, ws))
+            : gc::decode({d_sparse.ptr, sparse.size()}, acc, on_cuda(d_ws.ptr, ws));
+    EXPECT_EQ(st2.code(), gc::status_code::corrupt_frame);
+    for (auto b : d_acc.read(x.bytes.size())) ASSERT_EQ(b, std::byte{0xA5});
+  }
 }
