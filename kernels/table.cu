@@ -46,6 +46,10 @@ constexpr codec_ops randomk{cuda::randomk_workspace, cuda::randomk_encode, cuda:
                             cuda::randomk_encode_feedback};
 constexpr codec_ops topk{cuda::topk_workspace, cuda::topk_encode, cuda::topk_decode,
                          cuda::topk_encode_feedback};
+constexpr codec_ops threshold{cuda::threshold_workspace, cuda::threshold_encode,
+                              cuda::threshold_decode, cuda::threshold_encode_feedback};
+constexpr codec_ops dgc{cuda::dgc_workspace, cuda::dgc_encode, cuda::dgc_decode,
+                        cuda::dgc_encode_feedback};
 constexpr codec_ops cast{cuda::cast_workspace, cuda::cast_encode, cuda::cast_decode,
                          cuda::cast_encode_feedback};
 
@@ -57,6 +61,8 @@ backend_table make_table() {
     set(id, bucketed);
   set(codec_id::randomk, randomk);
   set(codec_id::topk, topk);
+  set(codec_id::threshold, threshold);
+  set(codec_id::dgc, dgc);
   set(codec_id::fp16, cast);
   set(codec_id::bf16, cast);
   return t;

@@ -7,6 +7,7 @@
 // on a GPU in tests/cuda/fused_kernel_test.cu.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -193,58 +194,160 @@ TEST(BlocksFused, RandomkStrataWriteTheLibraryFrame) {
     }
 }
 
-// The GPU's top-k as a sequential walk: three radix passes over the sparse keys, then the
-// compaction rule (key > T, or key == T among the first need_equal), gives the library's
-// top-k frame, ties, NaN and Inf included.
-TEST(BlocksFused, RadixSelectGivesTheLibraryTopk) {
-  for (const char* text : {"topk", "topk:k=1", "topk:ratio=0.3", "topk:k=4097"})
-    for (std::size_t n : {1u, 7u, 4097u, 65539u})
-      for (bool ties : {false, true}) {
-        SCOPED_TRACE(std::string(text) + " n=" + std::to_string(n) + (ties ? " ties" : ""));
-        const gc::codec_spec spec = gc::parse_spec(text).value();
-        auto v = stress(n, n + 1, true);
-        if (ties)
-          for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 5) - 2.0f;
-        const tensor x(v, gc::dtype::f32);
-        const auto expected = encode_vec(spec, {}, x.cview()).value();
-        const std::uint64_t k = gc::sparse_count(spec, n);
-        gc::blocks::radix_state st;
-        st.remaining = k;
-        for (int pass = 0; pass < gc::blocks::radix_pass_count; ++pass) {
-          std::vector<std::uint32_t> hist(gc::blocks::radix_bins(pass), 0);
-          for (std::size_t i = 0; i < n; ++i) {
-            const std::uint32_t key = gc::blocks::sparse_key(v[i]);
-            if (st.matches(key)) ++hist[gc::blocks::radix_state::bin(key, pass)];
-          }
-          st.descend(hist.data(), pass);
-        }
-        const auto l = gc::blocks::sparse_layout_of(k, 4, false);
-        std::vector<std::byte> got(gc::header_bytes + l.total, std::byte{0});
-        std::byte* payload = got.data() + gc::header_bytes;
-        std::uint64_t at = 0, equal_seen = 0;
-        bool nonfinite = false;
-        for (std::size_t i = 0; i < n; ++i) {
-          nonfinite |= !std::isfinite(v[i]);
-          const std::uint32_t key = gc::blocks::sparse_key(v[i]);
-          const bool equal = key == st.threshold();
-          if (!(key > st.threshold() || (equal && equal_seen < st.need_equal()))) continue;
-          equal_seen += equal ? 1 : 0;
-          const auto idx = static_cast<std::uint32_t>(i);
-          std::memcpy(payload + l.values_offset + 4 * at, &v[i], 4);
-          std::memcpy(payload + l.index_offset + 4 * at, &idx, 4);
-          ++at;
-        }
-        ASSERT_EQ(at, k);
-        gc::frame_header h;
-        h.codec = gc::codec_id::topk;
-        h.n = n;
-        h.count = k;
-        h.flags = nonfinite ? gc::flag_nonfinite : 0;
-        h.payload_bytes = l.total;
-        gc::write_header(h, got.data());
-        ASSERT_EQ(got.size(), expected.size());
-        ASSERT_EQ(std::memcmp(got.data(), expected.data(), got.size()), 0);
+// The GPU's selection (kernels/select.cu) as a sequential walk over the same blocks: the
+// radix passes over the participants' keys (unless the rule is final), then the
+// compaction rule (key > T, or key == T among the first need_equal), in index order.
+//! The rule after the radix passes over v (unchanged when the rule says skip).
+gc::blocks::select_rule radix_sequential(gc::blocks::select_rule rule,
+                                         const std::vector<float>& v) {
+  if (rule.skip == 0)
+    for (int pass = 0; pass < gc::blocks::radix_pass_count; ++pass) {
+      std::vector<std::uint32_t> hist(gc::blocks::radix_bins(pass), 0);
+      for (const float x : v) {
+        std::uint32_t key = 0;
+        if (rule.key_of(x, key) && rule.state.matches(key))
+          ++hist[gc::blocks::radix_state::bin(key, pass)];
       }
+      rule.state.descend(hist.data(), pass);
+    }
+  return rule;
+}
+
+std::vector<std::uint32_t> select_sequential(gc::blocks::select_rule rule,
+                                             const std::vector<float>& v) {
+  rule = radix_sequential(rule, v);
+  std::vector<std::uint32_t> picked;
+  std::uint64_t equal_seen = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::uint32_t key = 0;
+    if (!rule.key_of(v[i], key)) continue;
+    const bool equal = key == rule.state.threshold();
+    if (key > rule.state.threshold() || (equal && equal_seen++ < rule.state.need_equal()))
+      picked.push_back(static_cast<std::uint32_t>(i));
+  }
+  return picked;
+}
+
+//! A sparse frame (f32 values, u32 indices) of the picked elements.
+std::vector<std::byte> sparse_frame(gc::codec_id id, const std::vector<float>& v,
+                                    const std::vector<std::uint32_t>& picked, float param) {
+  const auto l = gc::blocks::sparse_layout_of(picked.size(), 4, false);
+  std::vector<std::byte> frame(gc::header_bytes + l.total, std::byte{0});
+  std::byte* payload = frame.data() + gc::header_bytes;
+  for (std::size_t j = 0; j < picked.size(); ++j) {
+    std::memcpy(payload + l.values_offset + 4 * j, &v[picked[j]], 4);
+    std::memcpy(payload + l.index_offset + 4 * j, &picked[j], 4);
+  }
+  gc::frame_header h;
+  h.codec = id;
+  h.n = v.size();
+  h.count = picked.size();
+  h.param = param;
+  for (const float x : v)
+    if (!std::isfinite(x)) h.flags = gc::flag_nonfinite;
+  h.payload_bytes = l.total;
+  gc::write_header(h, frame.data());
+  return frame;
+}
+
+std::vector<float> select_data(std::size_t n, int kind) {
+  auto v = stress(n, n + 1, true);
+  if (kind == 1)
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i % 5) - 2.0f;  // ties
+  if (kind == 2)  // large values only where a strided sample looks, tiny elsewhere
+    for (std::size_t i = 0; i < n; ++i)
+      v[i] = i % 100 == 0 ? 100.0f : 1e-6f * static_cast<float>(i % 7);
+  return v;
+}
+
+TEST(BlocksFused, RadixSelectGivesTheLibraryTopkAndThreshold) {
+  for (std::size_t n : {1u, 7u, 4097u, 65539u})
+    for (int kind : {0, 1, 2}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " kind=" + std::to_string(kind));
+      const auto v = select_data(n, kind);
+      const tensor x(v, gc::dtype::f32);
+      for (const char* text : {"topk", "topk:k=1", "topk:ratio=0.3", "topk:k=4097"}) {
+        const gc::codec_spec spec = gc::parse_spec(text).value();
+        gc::blocks::select_rule rule;
+        rule.state.remaining = gc::sparse_count(spec, n);
+        const auto got = sparse_frame(gc::codec_id::topk, v, select_sequential(rule, v), 0.0f);
+        ASSERT_EQ(got, encode_vec(spec, {}, x.cview()).value()) << text;
+      }
+      for (const char* text : {"threshold:tau=0.5", "threshold:tau=0.5,cap=3", "threshold:tau=0",
+                               "threshold:tau=0,cap=100"}) {
+        const gc::codec_spec spec = gc::parse_spec(text).value();
+        gc::blocks::select_rule rule;
+        rule.tau = spec.tau;
+        std::uint64_t candidates = 0;
+        for (const float y : v) candidates += rule.candidate(y) ? 1 : 0;
+        const bool capped = spec.cap > 0 && candidates > spec.cap;
+        rule.state.remaining = capped ? spec.cap : candidates;
+        rule.skip = capped ? 0 : 1;  // uncapped: T = 0, need = every candidate
+        const auto picked =
+            rule.state.remaining > 0 ? select_sequential(rule, v) : std::vector<std::uint32_t>{};
+        const auto got = sparse_frame(gc::codec_id::threshold, v, picked, spec.tau);
+        ASSERT_EQ(got, encode_vec(spec, {}, x.cview()).value()) << text;
+      }
+    }
+}
+
+// DGC as kernels/dgc.cu runs it: the sample's ks-th largest key by the radix select, the
+// candidate counts of four rounds, then either the top k of the first round's candidates
+// or the binary fallback rule. Kind 2 data sends the sample threshold far above the
+// tensor's k-th largest, so the fallback is exercised too.
+TEST(BlocksFused, DgcRoundsAndFallbackGiveTheLibraryFrame) {
+  const gc::context ctx{5, 6, 7};
+  bool fallback_seen = false;
+  for (std::size_t n : {1u, 7u, 4097u, 65539u})
+    for (int kind : {0, 1, 2})
+      for (const char* text : {"dgc", "dgc:ratio=0.01,sample=0.05", "dgc:k=50,sample=0.01"}) {
+        SCOPED_TRACE(std::string(text) + " n=" + std::to_string(n) +
+                     " kind=" + std::to_string(kind));
+        const gc::codec_spec spec = gc::parse_spec(text).value();
+        const auto v = select_data(n, kind);
+        const std::uint64_t k = gc::sparse_count(spec, n);
+        const std::uint64_t s = std::min<std::uint64_t>(
+            std::max<std::uint64_t>(
+                1, static_cast<std::uint64_t>(std::ceil(spec.sample * static_cast<double>(n)))),
+            n);
+        const std::uint64_t stride = n / s;
+        const auto rng = gc::blocks::counter_rng::make(ctx.seed, ctx.step, ctx.tensor_id);
+        const std::uint64_t start =
+            gc::blocks::scale_u32(rng.at(gc::blocks::rng_stream::sampling, 0), stride);
+        std::vector<float> sample(s);
+        for (std::uint64_t j = 0; j < s; ++j) {
+          const float y = v[start + j * stride];
+          sample[j] = std::isfinite(y) ? std::fabs(y) : 0.0f;
+        }
+        const std::uint64_t ks = std::max<std::uint64_t>(1, (k * s + n - 1) / n);
+        gc::blocks::select_rule sample_rule;
+        sample_rule.state.remaining = ks;
+        ASSERT_EQ(select_sequential(sample_rule, sample).size(), ks);
+        const gc::blocks::select_rule fixed = radix_sequential(sample_rule, sample);
+        float t = gc::blocks::bits_float(fixed.state.threshold());
+        gc::blocks::select_rule rule;
+        bool found = false;
+        for (int r = 0; r < 4 && !found; ++r) {
+          if (r > 0) t = t * 0.5f;
+          rule = {};
+          rule.tau = t;
+          std::uint64_t m = 0;
+          for (const float y : v) m += rule.candidate(y) ? 1 : 0;
+          if (m >= k) {
+            rule.state.remaining = k;
+            found = true;
+          } else if (r == 3) {
+            rule.binary = 1;
+            rule.skip = 1;
+            rule.state.remaining = k - m;
+          }
+        }
+        fallback_seen |= !found;
+        const auto got = sparse_frame(gc::codec_id::dgc, v, select_sequential(rule, v),
+                                      static_cast<float>(spec.sample));
+        ASSERT_EQ(got, encode_vec(spec, ctx, tensor(v, gc::dtype::f32).cview()).value());
+      }
+  EXPECT_TRUE(fallback_seen) << "no case reached the fallback";
 }
 
 TEST(BlocksFused, Pack32EqualsPutCode) {

@@ -93,6 +93,11 @@ const char* const kSpecs[] = {
     "topk:ratio=0.001",
     "topk:k=1",
     "topk:ratio=0.5",
+    "threshold:tau=0.5",
+    "threshold:tau=0.5,cap=7",
+    "threshold:tau=0",
+    "dgc",
+    "dgc:ratio=0.01,sample=0.05",
 };
 
 gc::exec_options on_cuda(std::byte* ws, std::size_t ws_size) {
@@ -197,7 +202,8 @@ TEST(CudaBackend, EveryCodecMatchesTheReference) {
 TEST(CudaBackend, LargeTensorMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   if (max_n() < (std::size_t{1} << 26)) GTEST_SKIP() << "GRADCODEC_TEST_MAX_N is below 2^26";
-  for (const char* text : {"qsgd", "minmax", "sign:scale=mean", "fp16", "randomk", "topk"})
+  for (const char* text : {"qsgd", "minmax", "sign:scale=mean", "fp16", "randomk", "topk", "dgc",
+                           "threshold:tau=0.002"})
     check_case(text, gc::dtype::f32, std::size_t{1} << 26);
 }
 

@@ -10,6 +10,8 @@
 #include <cstdint>
 
 #include "gradcodec/blocks/config.hpp"
+#include "gradcodec/blocks/fmath.hpp"
+#include "gradcodec/blocks/sparse.hpp"
 
 namespace gradcodec::blocks {
 
@@ -48,6 +50,30 @@ struct radix_state {
   //! After the last pass: T, and how many elements with key T are selected.
   GRADCODEC_HD std::uint32_t threshold() const { return prefix; }
   GRADCODEC_HD std::uint64_t need_equal() const { return remaining; }
+};
+
+//! Which elements a sparse selection ranks and how (topk: tau = 0, every element; threshold
+//! and dgc: the candidates of a threshold), with the radix state of the selection. In
+//! binary mode (dgc's fallback) every element takes part with key 1 for a candidate and 0
+//! otherwise, so "key above T = 0, plus need_equal more in index order" sends every
+//! candidate and the lowest-index others.
+struct select_rule {
+  radix_state state;
+  float tau = 0.0f;  //!< candidates: non-finite or |v| >= tau
+  std::uint32_t binary = 0;
+  std::uint32_t skip = 0;  //!< 1: the radix passes leave the state alone (already final)
+
+  GRADCODEC_HD bool candidate(float v) const { return !is_finite(v) || fabs_bits(v) >= tau; }
+  //! Whether v takes part, and its key.
+  GRADCODEC_HD bool key_of(float v, std::uint32_t& key) const {
+    const bool cand = candidate(v);
+    if (binary != 0) {
+      key = cand ? 1u : 0u;
+      return true;
+    }
+    key = sparse_key(v);
+    return cand;
+  }
 };
 
 }  // namespace gradcodec::blocks

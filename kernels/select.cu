@@ -1,0 +1,376 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The sparse selection kernels (select.cuh): radix histograms, the descent, the tiled
+//! compaction, candidate counts, the sparse residual and the sparse decode.
+#include <cub/block/block_reduce.cuh>
+#include <cub/block/block_scan.cuh>
+
+#include "select.cuh"
+
+namespace gradcodec::cuda {
+
+namespace {
+
+constexpr unsigned hist_threads = 512;
+constexpr unsigned tile_threads = 256;
+constexpr unsigned tile_items = 16;
+constexpr std::uint64_t tile_size = tile_threads * tile_items;
+constexpr unsigned threads = 256;
+
+std::uint64_t tiles_of(std::uint64_t n) { return (n + tile_size - 1) / tile_size; }
+
+__global__ void rule_init_kernel(select_rule* rule, float tau, std::uint64_t m) {
+  *rule = select_rule{};
+  rule->state.remaining = m;
+  rule->tau = tau;
+}
+
+//! Histogram of the participants still in the running; notes non-finite values.
+__global__ void hist_kernel(values_in v, std::uint64_t n, int pass, const select_rule* rule,
+                            std::uint32_t* hist, status_words* st) {
+  __shared__ std::uint32_t local[blocks::radix_max_bins];
+  const select_rule r = *rule;
+  if (r.skip != 0) return;
+  const std::uint32_t bins = blocks::radix_bins(pass);
+  for (std::uint32_t b = threadIdx.x; b < bins; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  bool bad = false;
+  for (std::uint64_t i = thread_index(); i < n; i += thread_stride()) {
+    const float x = v(i);
+    bad |= !blocks::is_finite(x);
+    std::uint32_t key = 0;
+    if (r.key_of(x, key) && r.state.matches(key))
+      atomicAdd(&local[blocks::radix_state::bin(key, pass)], 1u);
+  }
+  if (bad && st != nullptr) atomicOr(&st->nonfinite, 1u);
+  __syncthreads();
+  for (std::uint32_t b = threadIdx.x; b < bins; b += blockDim.x)
+    if (local[b] != 0) atomicAdd(&hist[b], local[b]);
+}
+
+__global__ void descend_kernel(select_rule* rule, const std::uint32_t* hist, int pass) {
+  if (rule->skip == 0) rule->state.descend(hist, pass);
+}
+
+//! Per tile: how many participants have a key above T and equal to T.
+__global__ void tile_count_kernel(values_in v, std::uint64_t n, const select_rule* rule,
+                                  std::uint32_t* tile_above, std::uint32_t* tile_equal) {
+  using reduce = cub::BlockReduce<std::uint32_t, tile_threads>;
+  __shared__ typename reduce::TempStorage tmp;
+  const select_rule r = *rule;
+  const std::uint32_t t_key = r.state.threshold();
+  const std::uint64_t begin = blockIdx.x * tile_size + threadIdx.x * tile_items;
+  std::uint32_t above = 0, equal = 0;
+  for (std::uint64_t i = begin; i < begin + tile_items && i < n; ++i) {
+    std::uint32_t key = 0;
+    if (!r.key_of(v(i), key)) continue;
+    above += key > t_key ? 1u : 0u;
+    equal += key == t_key ? 1u : 0u;
+  }
+  const std::uint32_t total_above = reduce(tmp).Sum(above);
+  __syncthreads();
+  const std::uint32_t total_equal = reduce(tmp).Sum(equal);
+  if (threadIdx.x == 0) {
+    tile_above[blockIdx.x] = total_above;
+    tile_equal[blockIdx.x] = total_equal;
+  }
+}
+
+//! Exclusive scans of the tile counts (one block; tiles in chunks of its size).
+__global__ void tile_scan_kernel(std::uint64_t tiles, const std::uint32_t* tile_above,
+                                 const std::uint32_t* tile_equal, std::uint64_t* above_before,
+                                 std::uint64_t* equal_before) {
+  using scan = cub::BlockScan<std::uint64_t, tile_threads>;
+  __shared__ typename scan::TempStorage tmp;
+  std::uint64_t carry_above = 0, carry_equal = 0;
+  for (std::uint64_t base = 0; base < tiles; base += tile_threads) {
+    const std::uint64_t t = base + threadIdx.x;
+    const std::uint64_t a = t < tiles ? tile_above[t] : 0, e = t < tiles ? tile_equal[t] : 0;
+    std::uint64_t a_before = 0, e_before = 0, a_sum = 0, e_sum = 0;
+    scan(tmp).ExclusiveSum(a, a_before, a_sum);
+    __syncthreads();
+    scan(tmp).ExclusiveSum(e, e_before, e_sum);
+    __syncthreads();
+    if (t < tiles) {
+      above_before[t] = carry_above + a_before;
+      equal_before[t] = carry_equal + e_before;
+    }
+    carry_above += a_sum;
+    carry_equal += e_sum;
+  }
+}
+
+//! Writes the selected elements of each tile at their ranks.
+__global__ void tile_write_kernel(values_in v, std::uint64_t n, const select_rule* rule,
+                                  const std::uint64_t* above_before,
+                                  const std::uint64_t* equal_before, sparse_out out) {
+  using scan = cub::BlockScan<std::uint32_t, tile_threads>;
+  __shared__ typename scan::TempStorage tmp;
+  const select_rule r = *rule;
+  const std::uint32_t t_key = r.state.threshold();
+  const std::uint64_t need = r.state.need_equal();
+  const std::uint64_t begin = blockIdx.x * tile_size + threadIdx.x * tile_items;
+  // Per element: 0 = out, 1 = key above T, 2 = key equal to T.
+  std::uint8_t kind[tile_items];
+  std::uint32_t equal = 0;
+  for (unsigned j = 0; j < tile_items; ++j) {
+    const std::uint64_t i = begin + j;
+    std::uint32_t key = 0;
+    kind[j] = 0;
+    if (i < n && r.key_of(v(i), key)) kind[j] = key > t_key ? 1 : (key == t_key ? 2 : 0);
+    equal += kind[j] == 2 ? 1u : 0u;
+  }
+  std::uint32_t equal_rank = 0, total = 0;
+  scan(tmp).ExclusiveSum(equal, equal_rank, total);
+  __syncthreads();
+  const std::uint64_t eq0 = equal_before[blockIdx.x] + equal_rank;
+  std::uint32_t chosen = 0;
+  std::uint64_t e = eq0;
+  for (unsigned j = 0; j < tile_items; ++j) {
+    if (kind[j] == 1) ++chosen;
+    if (kind[j] == 2) chosen += e++ < need ? 1u : 0u;
+  }
+  std::uint32_t rank = 0;
+  scan(tmp).ExclusiveSum(chosen, rank, total);
+  const std::uint64_t eb = equal_before[blockIdx.x];
+  std::uint64_t pos = above_before[blockIdx.x] + (eb < need ? eb : need) + rank;
+  e = eq0;
+  for (unsigned j = 0; j < tile_items; ++j) {
+    const bool take = kind[j] == 1 || (kind[j] == 2 && e++ < need);
+    if (!take) continue;
+    const std::uint64_t i = begin + j;
+    const float x = v(i);
+    if (out.wire == dtype::f32)
+      reinterpret_cast<float*>(out.values)[pos] = x;
+    else
+      reinterpret_cast<std::uint16_t*>(out.values)[pos] =
+          out.wire == dtype::f16 ? blocks::f32_to_f16(x) : blocks::f32_to_bf16(x);
+    if (out.index64)
+      reinterpret_cast<std::uint64_t*>(out.index)[pos] = i;
+    else
+      reinterpret_cast<std::uint32_t*>(out.index)[pos] = static_cast<std::uint32_t>(i);
+    ++pos;
+  }
+}
+
+__global__ void count_kernel(values_in v, std::uint64_t n, float tau, std::uint64_t* count,
+                             status_words* st) {
+  using reduce = cub::BlockReduce<std::uint64_t, threads>;
+  __shared__ typename reduce::TempStorage tmp;
+  std::uint64_t c = 0;
+  bool bad = false;
+  for (std::uint64_t i = thread_index(); i < n; i += thread_stride()) {
+    const float x = v(i);
+    bad |= !blocks::is_finite(x);
+    c += !blocks::is_finite(x) || blocks::fabs_bits(x) >= tau ? 1u : 0u;
+  }
+  if (bad) atomicOr(&st->nonfinite, 1u);
+  const std::uint64_t total = reduce(tmp).Sum(c);
+  if (threadIdx.x == 0 && total != 0)
+    atomicAdd(reinterpret_cast<unsigned long long*>(count), static_cast<unsigned long long>(total));
+}
+
+//! residual = p everywhere (decoded is +0.0 off the sent indices).
+__global__ void residual_dense_kernel(const float* p, std::uint64_t n, void* res, dtype rt) {
+  for (std::uint64_t i = thread_index(); i < n; i += thread_stride())
+    store_elem(res, rt, i, blocks::fsub_nan_first(p[i], 0.0f));
+}
+
+//! residual = p - decoded at the sent indices.
+__global__ void residual_sent_kernel(const float* p, sparse_in s, std::uint64_t k, void* res,
+                                     dtype rt) {
+  for (std::uint64_t j = thread_index(); j < k; j += thread_stride()) {
+    const std::uint64_t i = s.index_at(j);
+    store_elem(res, rt, i, blocks::fsub_nan_first(p[i], blocks::canonicalize_nan(s.value_at(j))));
+  }
+}
+
+__global__ void check_indices_kernel(sparse_in s, std::uint64_t n, std::uint64_t k,
+                                     status_words* st) {
+  for (std::uint64_t j = thread_index(); j < k; j += thread_stride()) {
+    const std::uint64_t i = s.index_at(j);
+    if (i >= n || (j > 0 && i <= s.index_at(j - 1))) atomicOr(&st->bad_index, 1u);
+  }
+}
+
+__global__ void zeros_kernel(std::uint64_t n, decode_target out) {
+  for (std::uint64_t i = thread_index(); i < n; i += thread_stride()) out.emit(i, 0.0f);
+}
+
+__global__ void scatter_kernel(sparse_in s, std::uint64_t k, decode_target out) {
+  for (std::uint64_t j = thread_index(); j < k; j += thread_stride())
+    out.emit(s.index_at(j), s.value_at(j));
+}
+
+}  // namespace
+
+std::size_t select_space::bytes(std::uint64_t n, std::uint64_t extra_floats) {
+  const std::uint64_t t = tiles_of(n);
+  return 2 * 64 + blocks::radix_max_bins * 4 + 4 * 8 + t * (8 + 8 + 4 + 4) + 64 + extra_floats * 4;
+}
+
+select_space select_space::carve(mutable_bytes ws, std::uint64_t n) {
+  std::byte* at = after_status(ws).data();
+  const std::uint64_t t = tiles_of(n);
+  select_space s{};
+  s.rule = reinterpret_cast<select_rule*>(at);
+  s.sample_rule = reinterpret_cast<select_rule*>(at + 64);
+  at += 2 * 64;
+  s.hist = reinterpret_cast<std::uint32_t*>(at);
+  at += blocks::radix_max_bins * 4;
+  s.counts = reinterpret_cast<std::uint64_t*>(at);
+  at += 4 * 8;
+  s.above_before = reinterpret_cast<std::uint64_t*>(at);
+  at += t * 8;
+  s.equal_before = reinterpret_cast<std::uint64_t*>(at);
+  at += t * 8;
+  s.tile_above = reinterpret_cast<std::uint32_t*>(at);
+  at += t * 4;
+  s.tile_equal = reinterpret_cast<std::uint32_t*>(at);
+  at += t * 4;
+  at += 64 - reinterpret_cast<std::uintptr_t>(at) % 64;
+  s.floats = reinterpret_cast<float*>(at);
+  return s;
+}
+
+status select_rule_init(select_rule* rule, float tau, std::uint64_t m, void* stream) {
+  rule_init_kernel<<<1, 1, 0, stream_of(stream)>>>(rule, tau, m);
+  GRADCODEC_CUDA_LAUNCHED("rule_init_kernel");
+  return {};
+}
+
+status select_radix(const select_space& sp, select_rule* rule, values_in v, std::uint64_t n,
+                    status_words* st, void* stream) {
+  const cudaStream_t s = stream_of(stream);
+  for (int pass = 0; pass < blocks::radix_pass_count; ++pass) {
+    GRADCODEC_CUDA_TRY(cudaMemsetAsync(sp.hist, 0, blocks::radix_max_bins * 4, s));
+    hist_kernel<<<grid_for(n, hist_threads), hist_threads, 0, s>>>(v, n, pass, rule, sp.hist,
+                                                                   pass == 0 ? st : nullptr);
+    GRADCODEC_CUDA_LAUNCHED("hist_kernel");
+    descend_kernel<<<1, 1, 0, s>>>(rule, sp.hist, pass);
+    GRADCODEC_CUDA_LAUNCHED("descend_kernel");
+  }
+  return {};
+}
+
+status select_compact(const select_space& sp, const select_rule* rule, values_in v, std::uint64_t n,
+                      sparse_out out, void* stream) {
+  const cudaStream_t s = stream_of(stream);
+  const std::uint64_t tiles = tiles_of(n);
+  if (tiles == 0) return {};
+  tile_count_kernel<<<static_cast<unsigned>(tiles), tile_threads, 0, s>>>(v, n, rule, sp.tile_above,
+                                                                          sp.tile_equal);
+  GRADCODEC_CUDA_LAUNCHED("tile_count_kernel");
+  tile_scan_kernel<<<1, tile_threads, 0, s>>>(tiles, sp.tile_above, sp.tile_equal, sp.above_before,
+                                              sp.equal_before);
+  GRADCODEC_CUDA_LAUNCHED("tile_scan_kernel");
+  tile_write_kernel<<<static_cast<unsigned>(tiles), tile_threads, 0, s>>>(
+      v, n, rule, sp.above_before, sp.equal_before, out);
+  GRADCODEC_CUDA_LAUNCHED("tile_write_kernel");
+  return {};
+}
+
+result<std::uint64_t> count_candidates(const select_space& sp, values_in v, std::uint64_t n,
+                                       float tau, status_words* st, void* stream) {
+  const cudaStream_t s = stream_of(stream);
+  GRADCODEC_CUDA_TRY(cudaMemsetAsync(sp.counts, 0, 8, s));
+  if (n > 0) {
+    count_kernel<<<grid_for(n, threads), threads, 0, s>>>(v, n, tau, sp.counts, st);
+    GRADCODEC_CUDA_LAUNCHED("count_kernel");
+  }
+  std::uint64_t count = 0;
+  GRADCODEC_CUDA_TRY(cudaMemcpyAsync(&count, sp.counts, 8, cudaMemcpyDeviceToHost, s));
+  GRADCODEC_CUDA_TRY(cudaStreamSynchronize(s));
+  return count;
+}
+
+status sparse_residual(const float* p, std::uint64_t n, sparse_in sent, std::uint64_t k,
+                       tensor_view residual, void* stream) {
+  const cudaStream_t s = stream_of(stream);
+  if (n == 0) return {};
+  residual_dense_kernel<<<grid_for(n, threads), threads, 0, s>>>(p, n, residual.data,
+                                                                 residual.type);
+  GRADCODEC_CUDA_LAUNCHED("residual_dense_kernel");
+  if (k == 0) return {};
+  residual_sent_kernel<<<grid_for(k, threads), threads, 0, s>>>(p, sent, k, residual.data,
+                                                                residual.type);
+  GRADCODEC_CUDA_LAUNCHED("residual_sent_kernel");
+  return {};
+}
+
+result<sparse_encode> sparse_begin(const detail::encode_call& c, tensor_view residual) {
+  if (auto st = check_frame_alignment(c.payload); !st.ok()) return st;
+  if (auto st = begin_frame(c.workspace, c.stream); !st.ok()) return st;
+  sparse_encode e{select_space::carve(c.workspace, c.in.n), {c.in.data, c.in.type}, nullptr};
+  if (residual.data != nullptr) {
+    if (auto st = feedback_sum(c.in, residual, e.sp.floats, c.stream); !st.ok()) return st;
+    e.v = {e.sp.floats, dtype::f32};
+    e.p = e.sp.floats;
+  }
+  return e;
+}
+
+status sparse_end(const detail::encode_call& c, const sparse_encode& e, std::uint64_t m,
+                  tensor_view residual) {
+  const std::uint64_t n = c.in.n;
+  const bool index64 = (c.hdr.flags & flag_index64) != 0;
+  const blocks::sparse_layout l = blocks::sparse_layout_of(m, dtype_size(c.wire), index64);
+  if (auto st = check_sparse_capacity(c, m); !st.ok()) return st;
+  if (m > 0)
+    if (auto st = select_compact(e.sp, e.sp.rule, e.v, n,
+                                 sparse_out_of(c.payload, l, c.wire, index64), c.stream);
+        !st.ok())
+      return st;
+  if (auto st = zero_bytes(c.payload, l.values_bytes, l.index_offset, c.stream); !st.ok())
+    return st;
+  if (auto st = zero_bytes(c.payload, l.index_offset + l.index_bytes, l.total, c.stream); !st.ok())
+    return st;
+  if (e.p != nullptr)
+    if (auto st = sparse_residual(e.p, n, sparse_in_of(c.payload, l, c.wire, index64), m, residual,
+                                  c.stream);
+        !st.ok())
+      return st;
+  c.hdr.count = m;
+  c.hdr.payload_bytes = l.total;
+  return finish_frame(c.hdr, c.payload, c.workspace, c.stream);
+}
+
+std::size_t sparse_workspace(std::uint64_t n, operation op, std::uint64_t extra_floats) {
+  if (op != operation::encode && op != operation::encode_with_feedback) return status_bytes;
+  return status_bytes +
+         select_space::bytes(n, extra_floats + (op == operation::encode_with_feedback ? n : 0));
+}
+
+status sparse_decode(const detail::decode_call& c) {
+  if (auto st = check_frame_alignment(c.payload); !st.ok()) return st;
+  const std::uint64_t n = c.hdr.n, k = c.hdr.count;
+  if (n > 0 && k == 0 && c.hdr.codec != codec_id::threshold)
+    return {status_code::corrupt_frame, "sparse frame with no elements"};
+  const bool index64 = (c.hdr.flags & flag_index64) != 0;
+  const blocks::sparse_layout l = blocks::sparse_layout_of(k, dtype_size(c.hdr.type), index64);
+  const sparse_in in = sparse_in_of(c.payload, l, c.hdr.type, index64);
+  const cudaStream_t s = stream_of(c.stream);
+  if (k > 0) {
+    GRADCODEC_CUDA_TRY(cudaMemsetAsync(c.workspace.data(), 0, sizeof(status_words), s));
+    check_indices_kernel<<<grid_for(k, threads), threads, 0, s>>>(in, n, k, status_of(c.workspace));
+    GRADCODEC_CUDA_LAUNCHED("check_indices_kernel");
+    status_words verdict{};
+    GRADCODEC_CUDA_TRY(
+        cudaMemcpyAsync(&verdict, c.workspace.data(), sizeof verdict, cudaMemcpyDeviceToHost, s));
+    GRADCODEC_CUDA_TRY(cudaStreamSynchronize(s));
+    if (verdict.bad_index != 0)
+      return {status_code::corrupt_frame, "sparse indices out of range or not strictly ascending"};
+  }
+  const decode_target out = target_of(c);
+  if (!c.accumulate && n > 0) {
+    zeros_kernel<<<grid_for(n, threads), threads, 0, s>>>(n, out);
+    GRADCODEC_CUDA_LAUNCHED("zeros_kernel");
+  }
+  if (k > 0) {
+    scatter_kernel<<<grid_for(k, threads), threads, 0, s>>>(in, k, out);
+    GRADCODEC_CUDA_LAUNCHED("scatter_kernel");
+  }
+  return {};
+}
+
+}  // namespace gradcodec::cuda
