@@ -18,6 +18,7 @@ GRADCODEC_CUDA_CODEC(randomk)
 GRADCODEC_CUDA_CODEC(topk)
 GRADCODEC_CUDA_CODEC(threshold)
 GRADCODEC_CUDA_CODEC(dgc)
+GRADCODEC_CUDA_CODEC(powersgd)
 #undef GRADCODEC_CUDA_CODEC
 
 }  // namespace gradcodec::cuda

@@ -50,6 +50,8 @@ constexpr codec_ops threshold{cuda::threshold_workspace, cuda::threshold_encode,
                               cuda::threshold_decode, cuda::threshold_encode_feedback};
 constexpr codec_ops dgc{cuda::dgc_workspace, cuda::dgc_encode, cuda::dgc_decode,
                         cuda::dgc_encode_feedback};
+constexpr codec_ops powersgd{cuda::powersgd_workspace, cuda::powersgd_encode, cuda::powersgd_decode,
+                             cuda::powersgd_encode_feedback};
 constexpr codec_ops cast{cuda::cast_workspace, cuda::cast_encode, cuda::cast_decode,
                          cuda::cast_encode_feedback};
 
@@ -63,6 +65,7 @@ backend_table make_table() {
   set(codec_id::topk, topk);
   set(codec_id::threshold, threshold);
   set(codec_id::dgc, dgc);
+  set(codec_id::powersgd, powersgd);
   set(codec_id::fp16, cast);
   set(codec_id::bf16, cast);
   return t;

@@ -12,17 +12,9 @@ namespace {
 
 constexpr std::uint64_t align64(std::uint64_t x) { return (x + 63u) & ~std::uint64_t{63}; }
 
-struct matrix_shape {
-  std::uint64_t rows, cols;
-  std::uint32_t r;  // 0: sent dense
-};
-
-matrix_shape shape_of(const codec_spec& spec, const_tensor_view v) {
-  matrix_shape s{};
-  s.rows = v.rows > 0 ? v.rows : 1;
-  s.cols = v.n / s.rows;
-  s.r = powersgd_compresses(spec, s.rows, s.cols) ? powersgd_rank(spec, s.rows, s.cols) : 0;
-  return s;
+using matrix_shape = powersgd_frame_shape;
+inline matrix_shape shape_of(const codec_spec& spec, const_tensor_view v) {
+  return powersgd_frame_shape_of(spec, v);
 }
 
 }  // namespace

@@ -204,6 +204,14 @@ namespace {
 using detail::powersgd_kernels_in_use;
 }  // namespace
 
+powersgd_frame_shape powersgd_frame_shape_of(const codec_spec& spec, const_tensor_view v) noexcept {
+  powersgd_frame_shape s{};
+  s.rows = v.rows > 0 ? v.rows : 1;
+  s.cols = v.n / s.rows;
+  s.r = powersgd_compresses(spec, s.rows, s.cols) ? powersgd_rank(spec, s.rows, s.cols) : 0;
+  return s;
+}
+
 bool powersgd_compresses(const codec_spec& spec, std::uint64_t rows, std::uint64_t cols) noexcept {
   if (rows <= 1 || cols <= 1) return false;
   const double r = powersgd_rank(spec, rows, cols);

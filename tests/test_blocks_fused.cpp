@@ -17,9 +17,11 @@
 
 #include "gradcodec/blocks/bitstream.hpp"
 #include "gradcodec/blocks/canonical_sum.hpp"
+#include "gradcodec/blocks/powersgd.hpp"
 #include "gradcodec/blocks/radix_select.hpp"
 #include "gradcodec/blocks/randomk.hpp"
 #include "gradcodec/blocks/sparse.hpp"
+#include "gradcodec/powersgd.hpp"
 #include "support/data.hpp"
 #include "support/fused_codec.hpp"
 
@@ -348,6 +350,69 @@ TEST(BlocksFused, DgcRoundsAndFallbackGiveTheLibraryFrame) {
         ASSERT_EQ(got, encode_vec(spec, ctx, tensor(v, gc::dtype::f32).cview()).value());
       }
   EXPECT_TRUE(fallback_seen) << "no case reached the fallback";
+}
+
+// PowerSGD's stateless codec from the blocks: the initial Q (entries, then orth), P = M Q0,
+// orth(P), Q = M^T P-hat, and the decode's P Q^T give the library's Q0, frame and values.
+TEST(BlocksFused, PowersgdFromTheBlocksMatchesTheLibrary) {
+  const gc::context ctx{11, 4, 2};
+  struct shape {
+    std::uint64_t rows, cols;
+    const char* spec;
+  };
+  for (const shape sh : {shape{64, 48, "powersgd:rank=4"}, shape{7, 300, "powersgd:rank=2"},
+                         shape{300, 41, "powersgd:rank=8,eps=0"}, shape{33, 33, "powersgd:rank=1"}})
+    for (int kind : {0, 1}) {
+      SCOPED_TRACE(std::string(sh.spec) + " " + std::to_string(sh.rows) + "x" +
+                   std::to_string(sh.cols) + " kind=" + std::to_string(kind));
+      const gc::codec_spec spec = gc::parse_spec(sh.spec).value();
+      const std::uint64_t rows = sh.rows, cols = sh.cols, n = rows * cols;
+      ASSERT_TRUE(gc::powersgd_compresses(spec, rows, cols));
+      const std::uint32_t r = gc::powersgd_rank(spec, rows, cols);
+      auto v = gaussian(n, n + 3);
+      if (kind == 1) v[n / 2] = std::numeric_limits<float>::quiet_NaN();
+      const tensor x(v, gc::dtype::f32, rows);
+
+      std::vector<float> q0(cols * r), q_lib(cols * r);
+      const auto rng = gc::blocks::counter_rng::make(ctx.seed, 0, ctx.tensor_id);
+      for (std::uint64_t e = 0; e < cols * r; ++e) q0[e] = gc::blocks::powersgd_init_entry(rng, e);
+      gc::blocks::powersgd_orthogonalize(q0.data(), cols, r, spec.eps);
+      ASSERT_TRUE(gc::powersgd_init_q(spec, ctx, rows, cols, q_lib).ok());
+      ASSERT_EQ(std::memcmp(q0.data(), q_lib.data(), q0.size() * 4), 0) << "initial Q";
+
+      const auto m = [&](std::uint64_t i, std::uint64_t j) { return v[i * cols + j]; };
+      std::vector<float> p(rows * r), q(cols * r);
+      for (std::uint64_t i = 0; i < rows; ++i)
+        for (std::uint32_t c = 0; c < r; ++c)
+          p[i * r + c] = gc::blocks::powersgd_p_entry(m, q0.data(), i, cols, r, c);
+      gc::blocks::powersgd_orthogonalize(p.data(), rows, r, spec.eps);
+      for (std::uint64_t j = 0; j < cols; ++j)
+        for (std::uint32_t c = 0; c < r; ++c)
+          q[j * r + c] = gc::blocks::powersgd_q_entry(m, p.data(), j, rows, r, c);
+      const auto l = gc::blocks::powersgd_layout_of(rows, cols, r);
+      std::vector<std::byte> got(gc::header_bytes + l.total, std::byte{0});
+      std::memcpy(got.data() + gc::header_bytes + l.p_offset, p.data(), l.p_bytes);
+      std::memcpy(got.data() + gc::header_bytes + l.q_offset, q.data(), l.q_bytes);
+      gc::frame_header h;
+      h.codec = gc::codec_id::powersgd;
+      h.n = n;
+      h.count = rows;
+      h.group = r;
+      h.param = spec.eps;
+      h.flags = kind == 1 ? gc::flag_nonfinite : 0;
+      h.payload_bytes = l.total;
+      gc::write_header(h, got.data());
+      const auto want = encode_vec(spec, ctx, x.cview()).value();
+      ASSERT_EQ(got, want);
+
+      tensor decoded = tensor::zeros(n, gc::dtype::f32, rows);
+      ASSERT_TRUE(decode_vec(want, decoded.mview()).ok());
+      for (std::uint64_t i = 0; i < rows; ++i)
+        for (std::uint64_t j = 0; j < cols; ++j)
+          ASSERT_TRUE(
+              same_bits(as_decoded(gc::blocks::powersgd_out_entry(p.data(), q.data(), i, j, r)),
+                        decoded.get(i * cols + j)));
+    }
 }
 
 TEST(BlocksFused, Pack32EqualsPutCode) {

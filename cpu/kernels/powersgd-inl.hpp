@@ -755,16 +755,9 @@ struct psgd_sink_feedback {
 
 // ---- The stateless codec ---------------------------------------------------------------
 
-struct psgd_shape {
-  std::uint64_t rows, cols;
-  std::uint32_t r;  // 0: sent dense
-};
+using psgd_shape = powersgd_frame_shape;
 inline psgd_shape psgd_shape_of(const codec_spec& spec, const_tensor_view v) {
-  psgd_shape s{};
-  s.rows = v.rows > 0 ? v.rows : 1;
-  s.cols = v.n / s.rows;
-  s.r = powersgd_compresses(spec, s.rows, s.cols) ? powersgd_rank(spec, s.rows, s.cols) : 0;
-  return s;
+  return powersgd_frame_shape_of(spec, v);
 }
 
 //! Encode workspace: Q^T (r x ld, ld = cols rounded up to 16; Q0, then the result Q for

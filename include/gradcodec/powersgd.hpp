@@ -38,6 +38,15 @@ bool powersgd_compresses(const codec_spec& spec, std::uint64_t rows, std::uint64
 std::uint32_t powersgd_rank(const codec_spec& spec, std::uint64_t rows,
                             std::uint64_t cols) noexcept;
 
+//! The matrix the stateless codec `powersgd` sees in a view: rows = view.rows (1 when 0),
+//! cols = n / rows, and the rank it sends, 0 when the matrix is sent dense (not worth
+//! compressing). Requires rows to divide n.
+struct powersgd_frame_shape {
+  std::uint64_t rows, cols;
+  std::uint32_t r;
+};
+powersgd_frame_shape powersgd_frame_shape_of(const codec_spec& spec, const_tensor_view v) noexcept;
+
 //! Fills q (cols x r, row-major) with the shared-seed start: approximately standard normal
 //! values from the counter generator keyed by (ctx.seed, 0, ctx.tensor_id), then
 //! orthonormalised columns. ctx.step is not used, so every rank and step agrees.

@@ -98,7 +98,17 @@ const char* const kSpecs[] = {
     "threshold:tau=0",
     "dgc",
     "dgc:ratio=0.01,sample=0.05",
+    "powersgd",
+    "powersgd:rank=8,eps=0",
 };
+
+//! PowerSGD's matrix: the largest divisor of n not above sqrt(n) rows (1: sent dense).
+std::uint64_t rows_for(const gc::codec_spec& spec, std::uint64_t n) {
+  if (spec.id != gc::codec_id::powersgd || n == 0) return 0;
+  auto r = static_cast<std::uint64_t>(std::sqrt(static_cast<double>(n)));
+  while (r > 1 && n % r != 0) --r;
+  return r;
+}
 
 gc::exec_options on_cuda(std::byte* ws, std::size_t ws_size) {
   gc::exec_options o;
@@ -119,7 +129,7 @@ void check_case(const char* text, gc::dtype type, std::size_t n) {
                " n=" + std::to_string(n));
   const gc::codec_spec spec = gc::parse_spec(text).value();
   const gc::context ctx{42, 9, 3};
-  const tensor x(stress(n, n * 7 + 1), type);
+  const tensor x(stress(n, n * 7 + 1), type, rows_for(spec, n));
   const auto want = encode_vec(spec, ctx, x.cview()).value();
 
   device_bytes d_x(x.bytes);
@@ -127,7 +137,7 @@ void check_case(const char* text, gc::dtype type, std::size_t n) {
   device_bytes d_frame(bound);
   std::size_t ws_size = workspace_for(spec, x, gc::operation::encode);
   device_bytes d_ws(ws_size);
-  const gc::const_tensor_view dx{d_x.ptr, n, type, 0};
+  const gc::const_tensor_view dx{d_x.ptr, n, type, x.rows};
   auto got_size = gc::encode(spec, ctx, dx, {d_frame.ptr, bound}, on_cuda(d_ws.ptr, ws_size));
   ASSERT_TRUE(got_size) << got_size.error().message();
   ASSERT_EQ(got_size.value(), want.size());
@@ -139,7 +149,7 @@ void check_case(const char* text, gc::dtype type, std::size_t n) {
   // decode and decode-accumulate into each output dtype
   for (auto out_type : {gc::dtype::f32, gc::dtype::bf16})
     for (bool accumulate : {false, true}) {
-      tensor expected(gaussian(n, n + 5), out_type);
+      tensor expected(gaussian(n, n + 5), out_type, x.rows);
       device_bytes d_out(accumulate
                              ? expected.bytes
                              : std::vector<std::byte>(expected.bytes.size(), std::byte{0xA5}));
@@ -151,7 +161,7 @@ void check_case(const char* text, gc::dtype type, std::size_t n) {
                              on_cuda(nullptr, 0))
               .value();
       device_bytes d_dws(dws);
-      const gc::tensor_view dout{d_out.ptr, n, out_type, 0};
+      const gc::tensor_view dout{d_out.ptr, n, out_type, x.rows};
       const gc::const_bytes frame{d_frame.ptr, want.size()};
       const auto st = accumulate
                           ? gc::decode_accumulate(frame, dout, 0.75f, on_cuda(d_dws.ptr, dws))
@@ -164,7 +174,7 @@ void check_case(const char* text, gc::dtype type, std::size_t n) {
     }
 
   // fused error feedback: frame and residual
-  tensor res_want(gaussian(n, n + 9, 0.01f), type);
+  tensor res_want(gaussian(n, n + 9, 0.01f), type, x.rows);
   device_bytes d_res(res_want.bytes);
   std::vector<std::byte> ef_ws_host(
       gc::workspace_size(spec, x.cview(), gc::operation::encode_with_feedback).value());
@@ -177,8 +187,8 @@ void check_case(const char* text, gc::dtype type, std::size_t n) {
   ws_size = workspace_for(spec, x, gc::operation::encode_with_feedback);
   device_bytes d_efws(ws_size);
   device_bytes d_ef(bound);
-  auto ef_got = gc::encode_with_feedback(spec, ctx, dx, {d_res.ptr, n, type, 0}, {d_ef.ptr, bound},
-                                         on_cuda(d_efws.ptr, ws_size));
+  auto ef_got = gc::encode_with_feedback(spec, ctx, dx, {d_res.ptr, n, type, x.rows},
+                                         {d_ef.ptr, bound}, on_cuda(d_efws.ptr, ws_size));
   ASSERT_TRUE(ef_got) << ef_got.error().message();
   ASSERT_EQ(ef_got.value(), ef_size.value());
   const auto ef_bytes = d_ef.read(bound);

@@ -52,6 +52,13 @@ struct sequential_reducer {
     for (std::uint64_t j = 0; j < len; ++j) c += pred(j) ? 1u : 0u;
     return c;
   }
+  //! f(j) for every j in [0, len) (a warp splits these over its lanes).
+  template <class F>
+  GRADCODEC_HD void each(std::uint64_t len, F f) const {
+    for (std::uint64_t j = 0; j < len; ++j) f(j);
+  }
+  //! Makes the writes of `each` visible to every participant (nothing to do in one thread).
+  GRADCODEC_HD void sync() const {}
 };
 
 }  // namespace gradcodec::blocks

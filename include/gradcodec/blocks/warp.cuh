@@ -69,6 +69,11 @@ struct warp_reducer {
   __device__ std::uint64_t count(std::uint64_t len, Pred pred) const {
     return warp_count(len, pred);
   }
+  template <class F>
+  __device__ void each(std::uint64_t len, F f) const {
+    for (std::uint64_t j = threadIdx.x % 32u; j < len; j += 32u) f(j);
+  }
+  __device__ void sync() const { __syncwarp(); }
 };
 
 //! bucket_scan over value(0 .. len) by the whole warp (max and "all finite" do not depend

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The stateless PowerSGD codec on the GPU (docs/codecs.md "powersgd"), from the blocks of
+//! blocks/powersgd.hpp (proven equal to the reference on the host):
+//!
+//! - Q0: one thread per entry, then the orthogonalization by one warp;
+//! - P = M Q0 straight into the payload: one warp per row of M (coalesced along the row),
+//!   each entry a warp canonical sum; then P-hat = orth(P) in place, one warp;
+//! - Q = M^T P-hat: one thread per entry (j, c), a sequential canonical sum down column j
+//!   (neighbouring threads read neighbouring columns: coalesced);
+//! - decode: one thread per output element, the r-term canonical sum of P-hat and Q.
+//! A matrix that is not worth compressing is sent dense (the values as f32). Error
+//! feedback is the generic composition on the device.
+#include "codecs.hpp"
+#include "common.cuh"
+#include "gradcodec/blocks/layout.hpp"
+#include "gradcodec/blocks/powersgd.hpp"
+#include "gradcodec/blocks/warp.cuh"
+#include "gradcodec/powersgd.hpp"
+
+namespace gradcodec::cuda {
+
+namespace {
+
+constexpr unsigned threads = 256;
+
+std::uint64_t align64(std::uint64_t x) { return (x + 63u) & ~std::uint64_t{63}; }
+
+using matrix_shape = powersgd_frame_shape;
+inline matrix_shape shape_of(const codec_spec& spec, const_tensor_view v) {
+  return powersgd_frame_shape_of(spec, v);
+}
+
+__global__ void scan_kernel(values_in v, std::uint64_t n, status_words* st) {
+  bool bad = false;
+  for (std::uint64_t k = thread_index(); k < n; k += thread_stride())
+    bad |= !blocks::is_finite(v(k));
+  if (bad) atomicOr(&st->nonfinite, 1u);
+}
+
+__global__ void dense_kernel(values_in v, std::uint64_t n, float* out) {
+  for (std::uint64_t k = thread_index(); k < n; k += thread_stride()) out[k] = v(k);
+}
+
+__global__ void init_q_kernel(blocks::counter_rng rng, std::uint64_t entries, float* q) {
+  for (std::uint64_t e = thread_index(); e < entries; e += thread_stride())
+    q[e] = blocks::powersgd_init_entry(rng, e);
+}
+
+//! One warp: orth(a, m, r, eps).
+__global__ void orth_kernel(float* a, std::uint64_t m, std::uint32_t r, float eps) {
+  blocks::powersgd_orthogonalize(a, m, r, eps, blocks::warp_reducer{});
+}
+
+struct matrix_in {
+  values_in v;
+  std::uint64_t cols;
+  __device__ __forceinline__ float operator()(std::uint64_t i, std::uint64_t j) const {
+    return v(i * cols + j);
+  }
+};
+
+//! A warp per row: P[i][c] = sum_j M[i][j] Q[j][c].
+__global__ void p_kernel(matrix_in m, std::uint64_t rows, const float* q, std::uint32_t r,
+                         float* p) {
+  const unsigned lane = threadIdx.x % 32u;
+  const std::uint64_t warps = thread_stride() / 32u;
+  for (std::uint64_t i = thread_index() / 32u; i < rows; i += warps)
+    for (std::uint32_t c = 0; c < r; ++c) {
+      const float x = blocks::powersgd_p_entry(m, q, i, m.cols, r, c, blocks::warp_reducer{});
+      if (lane == 0) p[i * r + c] = x;
+    }
+}
+
+//! A thread per entry: Q[j][c] = sum_i M[i][j] P[i][c].
+__global__ void q_kernel(matrix_in m, std::uint64_t rows, const float* p, std::uint32_t r,
+                         float* q) {
+  const std::uint64_t entries = m.cols * r;
+  for (std::uint64_t e = thread_index(); e < entries; e += thread_stride())
+    q[e] = blocks::powersgd_q_entry(m, p, e / r, rows, r, static_cast<std::uint32_t>(e % r));
+}
+
+__global__ void decode_kernel(const float* p, const float* q, std::uint64_t rows,
+                              std::uint64_t cols, std::uint32_t r, decode_target out) {
+  const std::uint64_t n = rows * cols;
+  for (std::uint64_t k = thread_index(); k < n; k += thread_stride())
+    out.emit(k, r == 0 ? p[k] : blocks::powersgd_out_entry(p, q, k / cols, k % cols, r));
+}
+
+status decode_into(const detail::decode_call& c, decode_target out) {
+  if (auto st = check_frame_alignment(c.payload); !st.ok()) return st;
+  const std::uint64_t n = c.hdr.n;
+  if (n == 0) return {};
+  const std::uint64_t rows = c.hdr.count, cols = n / rows;
+  const std::uint32_t r = c.hdr.group;
+  const blocks::powersgd_layout l = blocks::powersgd_layout_of(rows, cols, r);
+  const auto* payload = reinterpret_cast<const float*>(c.payload);
+  decode_kernel<<<grid_for(n, threads), threads, 0, stream_of(c.stream)>>>(
+      payload + l.p_offset / 4, payload + l.q_offset / 4, rows, cols, r, out);
+  GRADCODEC_CUDA_LAUNCHED("powersgd decode_kernel");
+  return {};
+}
+
+status encode_values(const detail::encode_call& c, values_in v) {
+  const std::uint64_t n = c.in.n;
+  const cudaStream_t s = stream_of(c.stream);
+  if (n == 0) {
+    c.hdr.payload_bytes = 0;
+    return finish_frame(c.hdr, c.payload, c.workspace, c.stream);
+  }
+  const matrix_shape sh = shape_of(c.spec, c.in);
+  const blocks::powersgd_layout l = blocks::powersgd_layout_of(sh.rows, sh.cols, sh.r);
+  if (l.total > c.capacity)
+    return {status_code::output_too_small, "output buffer too small for the payload"};
+  scan_kernel<<<grid_for(n, threads), threads, 0, s>>>(v, n, status_of(c.workspace));
+  GRADCODEC_CUDA_LAUNCHED("powersgd scan_kernel");
+  auto* payload = reinterpret_cast<float*>(c.payload);
+  c.hdr.count = sh.rows;
+  c.hdr.payload_bytes = l.total;
+  if (sh.r == 0) {
+    dense_kernel<<<grid_for(n, threads), threads, 0, s>>>(v, n, payload);
+    GRADCODEC_CUDA_LAUNCHED("powersgd dense_kernel");
+    if (auto st = zero_bytes(c.payload, l.p_bytes, l.total, c.stream); !st.ok()) return st;
+    return finish_frame(c.hdr, c.payload, c.workspace, c.stream);
+  }
+  const std::uint32_t r = sh.r;
+  auto* q0 = reinterpret_cast<float*>(after_status(c.workspace).data());
+  const auto rng = blocks::counter_rng::make(c.ctx.seed, 0, c.ctx.tensor_id);
+  init_q_kernel<<<grid_for(sh.cols * r, threads), threads, 0, s>>>(rng, sh.cols * r, q0);
+  GRADCODEC_CUDA_LAUNCHED("init_q_kernel");
+  orth_kernel<<<1, 32, 0, s>>>(q0, sh.cols, r, c.spec.eps);
+  GRADCODEC_CUDA_LAUNCHED("orth_kernel");
+  float* p = payload + l.p_offset / 4;
+  float* q = payload + l.q_offset / 4;
+  const matrix_in m{v, sh.cols};
+  p_kernel<<<grid_for(sh.rows * 32, threads), threads, 0, s>>>(m, sh.rows, q0, r, p);
+  GRADCODEC_CUDA_LAUNCHED("p_kernel");
+  orth_kernel<<<1, 32, 0, s>>>(p, sh.rows, r, c.spec.eps);
+  GRADCODEC_CUDA_LAUNCHED("orth_kernel");
+  q_kernel<<<grid_for(sh.cols * r, threads), threads, 0, s>>>(m, sh.rows, p, r, q);
+  GRADCODEC_CUDA_LAUNCHED("q_kernel");
+  if (auto st = zero_bytes(c.payload, l.p_bytes, l.q_offset, c.stream); !st.ok()) return st;
+  if (auto st = zero_bytes(c.payload, l.q_offset + l.q_bytes, l.total, c.stream); !st.ok())
+    return st;
+  c.hdr.group = r;
+  c.hdr.param = c.spec.eps;
+  return finish_frame(c.hdr, c.payload, c.workspace, c.stream);
+}
+
+}  // namespace
+
+std::size_t powersgd_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
+  if (op == operation::decode || op == operation::decode_accumulate) return status_bytes;
+  const std::uint64_t rows = shape.rows > 0 ? shape.rows : 1;
+  if (shape.n % rows != 0) return status_bytes;  // the front end rejects the shape
+  const matrix_shape s = shape_of(spec, shape);
+  // Q0, then (error feedback) p = g + e.
+  return status_bytes + align64(s.cols * s.r * 4) +
+         (op == operation::encode_with_feedback ? shape.n * 4 : 0);
+}
+
+status powersgd_encode(const detail::encode_call& c) {
+  if (auto st = check_frame_alignment(c.payload); !st.ok()) return st;
+  if (auto st = begin_frame(c.workspace, c.stream); !st.ok()) return st;
+  return encode_values(c, {c.in.data, c.in.type});
+}
+
+status powersgd_decode(const detail::decode_call& c) { return decode_into(c, target_of(c)); }
+
+status powersgd_encode_feedback(const detail::feedback_call& c) {
+  const detail::encode_call& e = c.enc;
+  if (auto st = check_frame_alignment(e.payload); !st.ok()) return st;
+  if (auto st = begin_frame(e.workspace, e.stream); !st.ok()) return st;
+  const matrix_shape sh = shape_of(e.spec, e.in);
+  auto* p =
+      reinterpret_cast<float*>(after_status(e.workspace).data() + align64(sh.cols * sh.r * 4));
+  if (auto st = feedback_sum(e.in, c.residual, p, e.stream); !st.ok()) return st;
+  if (auto st = encode_values(e, {p, dtype::f32}); !st.ok()) return st;
+  const detail::decode_call d{e.hdr, e.payload,   c.residual, 1.0f,
+                              false, e.workspace, e.threads,  e.stream};
+  return decode_into(d, residual_target(c.residual, p));
+}
+
+}  // namespace gradcodec::cuda
