@@ -235,6 +235,50 @@ TEST(CudaBackend, AutomaticPicksTheGpuForDeviceMemory) {
   EXPECT_EQ(std::memcmp(d_frame.read(want.size()).data(), want.data(), want.size()), 0);
 }
 
+// Encode is stream-ordered without host waits (for every codec but threshold, whose frame
+// size needs its count): it can be captured in a CUDA graph, and each replay writes the
+// frame of the data the buffer holds then.
+TEST(CudaBackend, EncodeIsCapturableInAGraph) {
+  SKIP_WITHOUT_GPU();
+  for (const char* text : {"qsgd", "minmax:bits=3,bucket=33", "sign:scale=mean", "onebit",
+                           "terngrad", "fp16", "randomk", "topk", "dgc", "powersgd"}) {
+    SCOPED_TRACE(text);
+    const gc::codec_spec spec = gc::parse_spec(text).value();
+    const std::size_t n = 4097 * 3;
+    const std::uint64_t rows = spec.id == gc::codec_id::powersgd ? 3 : 0;
+    const tensor a(stress(n, 1), gc::dtype::f32, rows), b(stress(n, 2), gc::dtype::f32, rows);
+    device_bytes d_x(a.bytes);
+    const std::size_t bound = gc::encode_bound(spec, n, gc::dtype::f32, rows);
+    device_bytes d_frame(bound);
+    const std::size_t ws = workspace_for(spec, a, gc::operation::encode);
+    device_bytes d_ws(ws);
+    cudaStream_t s = nullptr;
+    ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+    gc::exec_options o = on_cuda(d_ws.ptr, ws);
+    o.stream = s;
+    cudaGraph_t graph = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    auto size =
+        gc::encode(spec, {3, 1, 4}, {d_x.ptr, n, gc::dtype::f32, rows}, {d_frame.ptr, bound}, o);
+    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+    ASSERT_TRUE(size) << size.error().message();
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (const tensor* t : {&a, &b}) {
+      ASSERT_EQ(cudaMemcpy(d_x.ptr, t->bytes.data(), t->bytes.size(), cudaMemcpyHostToDevice),
+                cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+      const auto want = encode_vec(spec, {3, 1, 4}, t->cview()).value();
+      ASSERT_EQ(size.value(), want.size());
+      EXPECT_EQ(std::memcmp(d_frame.read(want.size()).data(), want.data(), want.size()), 0);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(s);
+  }
+}
+
 TEST(CudaBackend, BadCallsAreRefusedWithoutWriting) {
   SKIP_WITHOUT_GPU();
   const gc::codec_spec spec = gc::parse_spec("qsgd").value();
