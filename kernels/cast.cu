@@ -26,14 +26,14 @@ __global__ void cast_encode_kernel(const void* in, dtype in_type, void* residual
                                    status_words* st) {
   bool bad = false;
   for (std::uint64_t i = thread_index(); i < n; i += thread_stride()) {
-    float v = load_elem(in, in_type, i);
-    if (residual != nullptr) v = blocks::fadd_nan_first(v, load_elem(residual, res_type, i));
+    float v = load_value(in, in_type, i);
+    if (residual != nullptr) v = blocks::fadd_nan_first(v, load_value(residual, res_type, i));
     bad |= !blocks::is_finite(v);
     const std::uint16_t h = to_half(f16, v);
     out[i] = h;
     if (residual != nullptr)
-      store_elem(residual, res_type, i,
-                 blocks::fsub_nan_first(v, blocks::canonicalize_nan(from_half(f16, h))));
+      store_value(residual, res_type, i,
+                  blocks::fsub_nan_first(v, blocks::canonicalize_nan(from_half(f16, h))));
   }
   if (bad) atomicOr(&st->nonfinite, 1u);
 }

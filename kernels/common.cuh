@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "../src/backend.hpp"
+#include "../src/scalar_values.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/header.hpp"
@@ -36,26 +37,16 @@ status cuda_error(cudaError_t e, const char* what);
 //! Launch errors (bad configuration, no kernel image for this GPU) show up here.
 #define GRADCODEC_CUDA_LAUNCHED(what) GRADCODEC_CUDA_TRY(cudaPeekAtLastError())
 
-__device__ __forceinline__ float load_elem(const void* base, dtype t, std::uint64_t i) {
-  if (t == dtype::f32) return static_cast<const float*>(base)[i];
-  const std::uint16_t h = static_cast<const std::uint16_t*>(base)[i];
-  return t == dtype::f16 ? blocks::f16_to_f32(h) : blocks::bf16_to_f32(h);
-}
-
-__device__ __forceinline__ void store_elem(void* base, dtype t, std::uint64_t i, float x) {
-  if (t == dtype::f32)
-    static_cast<float*>(base)[i] = x;
-  else
-    static_cast<std::uint16_t*>(base)[i] =
-        t == dtype::f16 ? blocks::f32_to_f16(x) : blocks::f32_to_bf16(x);
-}
+// Element access in any dtype: the library's one definition (src/scalar_values.hpp).
+using detail::load_value;
+using detail::store_value;
 
 //! Values v(i) of a tensor in any dtype, as kernels read their input.
 struct values_in {
   const void* data;
   dtype type;
   __device__ __forceinline__ float operator()(std::uint64_t i) const {
-    return load_elem(data, type, i);
+    return load_value(data, type, i);
   }
 };
 
@@ -70,11 +61,11 @@ struct decode_target {
   __device__ __forceinline__ void emit(std::uint64_t i, float v) const {
     v = blocks::canonicalize_nan(v);
     if (minuend != nullptr) {
-      store_elem(data, type, i, blocks::fsub_nan_first(minuend[i], v));
+      store_value(data, type, i, blocks::fsub_nan_first(minuend[i], v));
       return;
     }
-    if (accumulate) v = blocks::canonicalize_nan(blocks::ffma(alpha, v, load_elem(data, type, i)));
-    store_elem(data, type, i, v);
+    if (accumulate) v = blocks::canonicalize_nan(blocks::ffma(alpha, v, load_value(data, type, i)));
+    store_value(data, type, i, v);
   }
 };
 

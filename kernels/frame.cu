@@ -22,7 +22,7 @@ __global__ void finish_header_kernel(frame_header h, const status_words* st, std
 __global__ void feedback_sum_kernel(const void* g, dtype gt, const void* e, dtype et,
                                     std::uint64_t n, float* p) {
   for (std::uint64_t i = thread_index(); i < n; i += thread_stride())
-    p[i] = blocks::fadd_nan_first(load_elem(g, gt, i), load_elem(e, et, i));
+    p[i] = blocks::fadd_nan_first(load_value(g, gt, i), load_value(e, et, i));
 }
 
 }  // namespace

@@ -45,8 +45,8 @@ __global__ void randomk_encode_kernel(randomk_shape f, const void* in, dtype in_
   bool bad = false;
   for (std::uint64_t j = thread_index(); j < f.k; j += thread_stride()) {
     const blocks::randomk_stratum s = blocks::randomk_stratum_of(f.rng, j, f.n, f.k);
-    float v = load_elem(in, in_type, s.index);
-    if (residual != nullptr) v = blocks::fadd_nan_first(v, load_elem(residual, res_type, s.index));
+    float v = load_value(in, in_type, s.index);
+    if (residual != nullptr) v = blocks::fadd_nan_first(v, load_value(residual, res_type, s.index));
     bad |= !blocks::is_finite(v);
     const float x = f.unbiased ? blocks::fmul(v, static_cast<float>(s.size)) : v;
     put_wire(values, f.wire, j, x);
@@ -54,9 +54,9 @@ __global__ void randomk_encode_kernel(randomk_shape f, const void* in, dtype in_
     const float sent = blocks::canonicalize_nan(get_wire(values, f.wire, j));
     for (std::uint64_t i = s.lo; i < s.lo + s.size; ++i) {
       const float p = i == s.index ? v
-                                   : blocks::fadd_nan_first(load_elem(in, in_type, i),
-                                                            load_elem(residual, res_type, i));
-      store_elem(residual, res_type, i, blocks::fsub_nan_first(p, i == s.index ? sent : 0.0f));
+                                   : blocks::fadd_nan_first(load_value(in, in_type, i),
+                                                            load_value(residual, res_type, i));
+      store_value(residual, res_type, i, blocks::fsub_nan_first(p, i == s.index ? sent : 0.0f));
     }
   }
   if (bad) atomicOr(&st->nonfinite, 1u);

@@ -173,7 +173,7 @@ __global__ void count_kernel(values_in v, std::uint64_t n, float tau, std::uint6
 //! residual = p everywhere (decoded is +0.0 off the sent indices).
 __global__ void residual_dense_kernel(const float* p, std::uint64_t n, void* res, dtype rt) {
   for (std::uint64_t i = thread_index(); i < n; i += thread_stride())
-    store_elem(res, rt, i, blocks::fsub_nan_first(p[i], 0.0f));
+    store_value(res, rt, i, blocks::fsub_nan_first(p[i], 0.0f));
 }
 
 //! residual = p - decoded at the sent indices.
@@ -181,7 +181,7 @@ __global__ void residual_sent_kernel(const float* p, sparse_in s, std::uint64_t 
                                      dtype rt) {
   for (std::uint64_t j = thread_index(); j < k; j += thread_stride()) {
     const std::uint64_t i = s.index_at(j);
-    store_elem(res, rt, i, blocks::fsub_nan_first(p[i], blocks::canonicalize_nan(s.value_at(j))));
+    store_value(res, rt, i, blocks::fsub_nan_first(p[i], blocks::canonicalize_nan(s.value_at(j))));
   }
 }
 

@@ -10,21 +10,20 @@
 #include <cstring>
 
 #include "gradcodec/blocks/float16.hpp"
+#include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/dtype.hpp"
 
 namespace gradcodec::detail {
 
-//! Every NaN a decoder writes is this quiet NaN (docs/guarantees.md): the sign and payload
-//! of a NaN computed from two NaN operands follow operand order, which compilers, libm and
-//! GPUs choose differently, so backends could not agree bit for bit otherwise.
-inline constexpr std::uint32_t canonical_nan_bits = 0x7FC00000u;
+//! Every NaN a decoder writes is the quiet NaN blocks::canonical_nan_bits
+//! (docs/guarantees.md): the sign and payload of a NaN computed from two NaN operands follow
+//! operand order, which compilers, libm and GPUs choose differently, so backends could not
+//! agree bit for bit otherwise. One definition, shared with the CUDA kernels.
+using blocks::canonical_nan_bits;
+GRADCODEC_HD float canonical_nan(float x) { return blocks::canonicalize_nan(x); }
 
-inline float canonical_nan(float x) {
-  if (x != x) std::memcpy(&x, &canonical_nan_bits, 4);
-  return x;
-}
-
-inline float load_value(const void* base, dtype t, std::uint64_t i) {
+//! (__host__ __device__: the CUDA kernels read and write tensors through these too.)
+GRADCODEC_HD float load_value(const void* base, dtype t, std::uint64_t i) {
   switch (t) {
     case dtype::f16: return blocks::f16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
     case dtype::bf16: return blocks::bf16_to_f32(static_cast<const std::uint16_t*>(base)[i]);
@@ -33,7 +32,7 @@ inline float load_value(const void* base, dtype t, std::uint64_t i) {
   return static_cast<const float*>(base)[i];
 }
 
-inline void store_value(void* base, dtype t, std::uint64_t i, float x) {
+GRADCODEC_HD void store_value(void* base, dtype t, std::uint64_t i, float x) {
   switch (t) {
     case dtype::f16: static_cast<std::uint16_t*>(base)[i] = blocks::f32_to_f16(x); return;
     case dtype::bf16: static_cast<std::uint16_t*>(base)[i] = blocks::f32_to_bf16(x); return;
