@@ -8,7 +8,7 @@
 namespace gradcodec::cuda {
 
 status cuda_error(cudaError_t e, const char* what) {
-  return {status_code::backend_unavailable,
+  return {status_code::device_error,
           std::string("CUDA: ").append(what).append(": ").append(cudaGetErrorString(e))};
 }
 
