@@ -227,6 +227,70 @@ TEST(CpuSparse, FusedFeedbackMatchesGenericComposition) {
   }
 }
 
+//! Tasks (65536 elements) whose candidates fit the uncapped threshold's bounded region and
+//! tasks that overflow it (the CPU reads those again), side by side: no candidate, exactly
+//! the region's 2048 slots, one more, all of them, a sparse one, and a short last task.
+std::vector<float> threshold_task_mix() {
+  constexpr std::size_t task = 65536;
+  const std::size_t dense_at[] = {0, task / 32, task / 32 + 1, task, task / 211, 300};
+  std::vector<float> v;
+  for (std::size_t t = 0; t < 6; ++t) {
+    const std::size_t len = t == 5 ? 333 : task, want = dense_at[t];
+    for (std::size_t i = 0; i < len; ++i) {
+      // Spread `want` values >= 1 over the task; the rest stay below 1.
+      const bool big = want > 0 && (i * want) / len != ((i + 1) * want) / len;
+      const float mag =
+          big ? 1.0f + static_cast<float>(i % 7) * 0.25f : static_cast<float>(i % 10) * 0.09f;
+      v.push_back(i % 2 ? -mag : mag);
+    }
+  }
+  return v;
+}
+
+TEST(CpuSparse, ThresholdTasksBeyondTheRegionAreReadAgain) {
+  const auto v = threshold_task_mix();
+  expect_matches("threshold:tau=1", v, gc::dtype::f32);
+  if (HasFatalFailure()) return;
+  const auto e = gc::test::gaussian(v.size(), 5, 0.01f);
+  for (auto [gt, et] :
+       {std::pair{gc::dtype::f32, gc::dtype::f32}, std::pair{gc::dtype::bf16, gc::dtype::f16}}) {
+    expect_feedback_matches("threshold:tau=1", v, e, gt, et);
+    if (HasFatalFailure()) return;
+  }
+}
+
+//! A buffer that holds the frame but not a frame of every element: the fused error feedback
+//! cannot store p in the residual during its first pass, and must still match.
+TEST(CpuSparse, ThresholdFeedbackIntoAnExactlySizedBuffer) {
+  isa_guard restore;
+  const auto g = threshold_task_mix();
+  const auto e0 = gc::test::gaussian(g.size(), 6, 0.01f);
+  const auto spec = gc::parse_spec("threshold:tau=1").value();
+  const gc::context ctx{2, 3, 4};
+  std::vector<float> want_res = e0;
+  const auto want =
+      encode_feedback_on(spec, ctx, gc::view(g), gc::view(want_res), gc::backend::reference, 1);
+  ASSERT_FALSE(want.empty());
+  ASSERT_LT(want.size(), gc::encode_bound(spec, g.size()));
+  for (auto isa : supported_isas()) {
+    ASSERT_TRUE(gc::set_cpu_isa(isa).ok());
+    for (int threads : {1, 3}) {
+      SCOPED_TRACE(std::string(gc::cpu_isa_name(isa)) + " threads=" + std::to_string(threads));
+      auto opt = options(gc::backend::cpu, threads);
+      std::vector<std::byte> ws(
+          gc::workspace_size(spec, gc::view(g), gc::operation::encode_with_feedback, opt).value());
+      opt.workspace = ws;
+      std::vector<std::byte> out(want.size());
+      std::vector<float> res = e0;
+      auto w = gc::encode_with_feedback(spec, ctx, gc::view(g), gc::view(res), out, opt);
+      ASSERT_TRUE(w.ok()) << w.error().message();
+      ASSERT_EQ(w.value(), want.size());
+      EXPECT_EQ(out, want);
+      EXPECT_EQ(std::memcmp(res.data(), want_res.data(), res.size() * 4), 0);
+    }
+  }
+}
+
 TEST(CpuSparse, CorruptIndicesAreRejectedBeforeWriting) {
   isa_guard restore;
   const std::size_t n = 3 * 65536 + 5;

@@ -141,16 +141,20 @@ inline void visit_source(const psource& s, const F& f) {
 // ---- Workspace ----------------------------------------------------------------------
 
 //! Byte offsets in the workspace: candidate regions (per task: value bits and offsets from
-//! the task start, task length + 16 slots so whole-vector compress stores never spill), six
-//! per-task counters, one shared histogram, and sample keys.
+//! the task start, `slots` + 16 entries so whole-vector compress stores never spill), six
+//! per-task counters, one shared histogram, and sample keys. Regions hold every candidate
+//! of a task by default (slots = task length); fewer slots bound the workspace, and a task
+//! with more candidates is marked incomplete (sel_space::complete) for its caller to
+//! handle.
 struct sel_layout {
   std::uint64_t tasks = 0, region = 0;
   std::size_t vals = 0, offs = 0, counts = 0, hist = 0, sample = 0, total = 0;
 };
-inline sel_layout sel_layout_of(std::uint64_t n, bool candidates, std::uint64_t sample_keys) {
+inline sel_layout sel_layout_of(std::uint64_t n, bool candidates, std::uint64_t sample_keys,
+                                std::uint64_t slots = sel_grain) {
   sel_layout l;
   l.tasks = blocks::ceil_div(n, sel_grain);
-  l.region = std::min(n, sel_grain) + 16;
+  l.region = std::min({n, sel_grain, slots}) + 16;
   auto take = [&](std::uint64_t bytes) {
     const std::size_t at = l.total;
     l.total += static_cast<std::size_t>((bytes + 63) / 64 * 64);
@@ -179,6 +183,9 @@ struct sel_space {
   std::uint64_t end(std::uint64_t t) const { return std::min(n, (t + 1) * sel_grain); }
   //! Entries task t writes: candidates kept outright (gt) plus its share of ties or fill.
   std::uint64_t out_end(std::uint64_t t) const { return off[t] + gt[t] + take[t]; }
+  //! Whether a collecting filter pass stored all cnt[t] candidates of task t (a region
+  //! stops taking candidates once it holds more than region - 16).
+  bool complete(std::uint64_t t) const { return cnt[t] <= region - 16; }
 };
 inline sel_space sel_space_of(const sel_layout& l, std::byte* ws, std::uint64_t n, int threads) {
   sel_space s;
@@ -208,8 +215,9 @@ inline void sel_run(const sel_space& s, std::uint64_t tasks, task_ref body) {
 // ---- Filter pass ----------------------------------------------------------------------
 
 //! One pass over the data. Task t counts key >= collect in cnt[t] (and, when Collect, stores
-//! those candidates in region t in index order), and counts key >= count_at in extra[t] when
-//! Extra. StoreP writes p to an f32 array. Returns whether any value was non-finite.
+//! those candidates in region t in index order while it has room: see complete()), and
+//! counts key >= count_at in extra[t] when Extra. StoreP writes p to an f32 array. Returns
+//! whether any value was non-finite.
 template <bool Collect, bool Extra, bool StoreP>
 inline bool sel_filter(const sel_space& s, const psource& source, std::uint32_t collect,
                        std::uint32_t count_at, float* store_p) {
@@ -234,9 +242,10 @@ inline bool sel_filter(const sel_space& s, const psource& source, std::uint32_t 
       // vectors mispredicts more than the compress costs.
       vu16 off = viota();
       const vu16 sixteen = vset1u(16);
+      const std::uint64_t room = s.region - 16;
       auto one = [&](vf16 p, mask16 valid) {
         const mask16 m = scan(p, valid);
-        if (Collect) {
+        if (Collect && cnt <= room) {
           vcompress_store(vals + cnt, m, vbits(p));
           cnt += vcompress_store(offs + cnt, m, off);
         } else {
@@ -473,65 +482,96 @@ inline void sel_emit_top(const sel_space& s, std::uint64_t k, const sparse_sink&
   });
 }
 
-//! One pass over the data writing entries straight from it: task t writes every element with
-//! key >= at plus, when Fill, the first take[t] other elements, at off[t] (gt[t] must hold
-//! its count of key >= at). WriteRes stores the error-feedback residual p - decoded(p) of
-//! every element (decoded = 0 where not sent) into res. Returns whether any value was
-//! non-finite.
+//! Task t of a pass over the data writing entries straight from it: every element with key
+//! >= at plus, when Fill, the first take[t] other elements, at off[t] (gt[t] must hold its
+//! count of key >= at). WriteRes stores the error-feedback residual p - decoded(p) of every
+//! element (decoded = 0 where not sent) into res. Returns whether any value was non-finite.
+template <bool Fill, bool WriteRes, class Src>
+inline bool sel_emit_direct_task(const sel_space& s, const Src& src, std::uint64_t t,
+                                 std::uint32_t at, const sparse_sink& sink, tensor_view res) {
+  const std::uint64_t b = s.begin(t), e = s.end(t), end = s.out_end(t);
+  std::uint64_t pos = s.off[t], quota = Fill ? s.take[t] : 0;
+  const vu16 finite_max = vset1u(sel_max_finite_key), atm1 = vset1u(at - 1u);
+  unsigned nonfinite = 0;
+  // One vector: its entries and its residual.
+  auto step = [&](std::uint64_t i, vf16 p, mask16 sel, unsigned r) {
+    if (sel)
+      pos += sink_put(sink, pos, end, sel, vbits(p),
+                      viota() + vset1u(static_cast<std::uint32_t>(i - b)), b);
+    if (WriteRes) {
+      const vf16 rv = sel ? vselect(sel, p - vwire_roundtrip(p, sink.wire), p) : p;
+      if (r == 16)
+        vstore_any(res.data, res.type, i, rv);
+      else
+        vstore_any_n(res.data, res.type, i, rv, r);
+    }
+  };
+  auto select = [&](vf16 p, mask16 valid) {
+    const vu16 key = vsel_key(vbits(p));
+    nonfinite |= mask_and(vgti(key, finite_max), valid);
+    mask16 sel = mask_and(vgti(key, atm1), valid);
+    if (Fill && quota > 0) {
+      const mask16 fill = keep_lowest(mask_and(static_cast<mask16>(~sel), valid), quota);
+      quota -= vpopcount(fill);
+      sel = static_cast<mask16>(sel | fill);
+    }
+    return sel;
+  };
+  std::uint64_t i = b;
+  if (!WriteRes) {
+    // Most vectors send nothing: scan four at a time, revisit only groups that do.
+    for (; i + 64 <= e && !(Fill && quota > 0); i += 64) {
+      mask16 m[4];
+      for (unsigned u = 0; u < 4; ++u) m[u] = select(src.load(i + 16 * u), 0xFFFF);
+      if ((m[0] | m[1] | m[2] | m[3]) == 0) continue;
+      for (unsigned u = 0; u < 4; ++u)
+        if (m[u]) step(i + 16 * u, src.load(i + 16 * u), m[u], 16);
+    }
+  }
+  for (; i < e; i += 16) {
+    const unsigned r = e - i >= 16 ? 16u : static_cast<unsigned>(e - i);
+    const vf16 p = r == 16 ? src.load(i) : src.load_n(i, r);
+    step(i, p, select(p, lanes_below(r)), r);
+  }
+  return nonfinite != 0;
+}
+
+//! sel_emit_direct_task for every task. Returns whether any value was non-finite.
 template <bool Fill, bool WriteRes>
 inline bool sel_emit_direct(const sel_space& s, const psource& source, std::uint32_t at,
                             const sparse_sink& sink, tensor_view res) {
   std::atomic<bool> bad{false};
   visit_source(source, [&](const auto& src) {
     sel_run(s, s.tasks, [&](std::uint64_t t) {
-      const std::uint64_t b = s.begin(t), e = s.end(t), end = s.out_end(t);
-      std::uint64_t pos = s.off[t], quota = Fill ? s.take[t] : 0;
-      const vu16 finite_max = vset1u(sel_max_finite_key), atm1 = vset1u(at - 1u);
-      unsigned nonfinite = 0;
-      // One vector: its entries and its residual.
-      auto step = [&](std::uint64_t i, vf16 p, mask16 sel, unsigned r) {
-        if (sel)
-          pos += sink_put(sink, pos, end, sel, vbits(p),
-                          viota() + vset1u(static_cast<std::uint32_t>(i - b)), b);
-        if (WriteRes) {
-          const vf16 rv = sel ? vselect(sel, p - vwire_roundtrip(p, sink.wire), p) : p;
-          if (r == 16)
-            vstore_any(res.data, res.type, i, rv);
-          else
-            vstore_any_n(res.data, res.type, i, rv, r);
-        }
-      };
-      auto select = [&](vf16 p, mask16 valid) {
-        const vu16 key = vsel_key(vbits(p));
-        nonfinite |= mask_and(vgti(key, finite_max), valid);
-        mask16 sel = mask_and(vgti(key, atm1), valid);
-        if (Fill && quota > 0) {
-          const mask16 fill = keep_lowest(mask_and(static_cast<mask16>(~sel), valid), quota);
-          quota -= vpopcount(fill);
-          sel = static_cast<mask16>(sel | fill);
-        }
-        return sel;
-      };
-      std::uint64_t i = b;
-      if (!WriteRes) {
-        // Most vectors send nothing: scan four at a time, revisit only groups that do.
-        for (; i + 64 <= e && !(Fill && quota > 0); i += 64) {
-          mask16 m[4];
-          for (unsigned u = 0; u < 4; ++u) m[u] = select(src.load(i + 16 * u), 0xFFFF);
-          if ((m[0] | m[1] | m[2] | m[3]) == 0) continue;
-          for (unsigned u = 0; u < 4; ++u)
-            if (m[u]) step(i + 16 * u, src.load(i + 16 * u), m[u], 16);
-        }
-      }
-      for (; i < e; i += 16) {
-        const unsigned r = e - i >= 16 ? 16u : static_cast<unsigned>(e - i);
-        const vf16 p = r == 16 ? src.load(i) : src.load_n(i, r);
-        step(i, p, select(p, lanes_below(r)), r);
-      }
-      if (nonfinite) bad.store(true, std::memory_order_relaxed);
+      if (sel_emit_direct_task<Fill, WriteRes>(s, src, t, at, sink, res))
+        bad.store(true, std::memory_order_relaxed);
     });
   });
   return bad.load();
+}
+
+//! After a collecting filter pass at `at`: writes every candidate of every task at off[t]
+//! (gt[t] = cnt[t], take[t] = 0). A complete task copies its region; an incomplete one reads
+//! its elements from `source` again (sel_emit_direct_task).
+inline void sel_emit_collected(const sel_space& s, const psource& source, std::uint32_t at,
+                               const sparse_sink& sink) {
+  visit_source(source, [&](const auto& src) {
+    sel_run(s, s.tasks, [&](std::uint64_t t) {
+      if (!s.complete(t)) {
+        sel_emit_direct_task<false, false>(s, src, t, at, sink, {});
+        return;
+      }
+      const std::uint32_t* vals = s.vals + t * s.region;
+      const std::uint32_t* offs = s.offs + t * s.region;
+      const std::uint64_t cnt = s.cnt[t], end = s.out_end(t);
+      std::uint64_t pos = s.off[t];
+      for (std::uint64_t j = 0; j < cnt; j += 16) {
+        const mask16 valid =
+            cnt - j >= 16 ? mask16{0xFFFF} : lanes_below(static_cast<unsigned>(cnt - j));
+        pos += sink_put(sink, pos, end, valid, vload_u(vals + j), vload_u(offs + j), s.begin(t));
+      }
+    });
+  });
 }
 
 //! The error-feedback residual after sel_emit_top: res = p - decoded(p) everywhere, the sent

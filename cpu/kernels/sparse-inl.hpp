@@ -324,10 +324,20 @@ inline status dgc_decode(const detail::decode_call& c) {
 
 // ---- threshold ----------------------------------------------------------------------
 
+//! Candidate slots per task of an uncapped threshold: 1/32 of a task (densities up to 3 %,
+//! where thresholds are used), so the workspace is about a quarter byte per element; a
+//! denser task is read a second time instead.
+inline constexpr std::uint64_t threshold_slots = sel_grain / 32;
+
+inline bool threshold_capped(const codec_spec& spec, std::uint64_t n) {
+  return spec.cap > 0 && spec.cap < n;
+}
+
 inline std::size_t threshold_workspace(const codec_spec& spec, const_tensor_view shape,
                                        operation op) {
   if (op != operation::encode && op != operation::encode_with_feedback) return 0;
-  return sel_layout_of(shape.n, spec.cap > 0 && spec.cap < shape.n, 0).total;
+  const bool capped = threshold_capped(spec, shape.n);
+  return sel_layout_of(shape.n, true, 0, capped ? sel_grain : threshold_slots).total;
 }
 
 inline status threshold_run(const detail::encode_call& c, const psource& src, tensor_view res) {
@@ -335,32 +345,37 @@ inline status threshold_run(const detail::encode_call& c, const psource& src, te
   const float tau = c.spec.tau;
   // |v| >= tau or non-finite  <=>  key >= the bits of |tau| (tau is finite, maybe -0.0).
   const std::uint32_t at = blocks::float_bits(tau) & 0x7FFFFFFFu;
-  const sel_layout l = sel_layout_of(n, cap > 0 && cap < n, 0);
+  const bool may_cap = threshold_capped(c.spec, n);
+  const sel_layout l = sel_layout_of(n, true, 0, may_cap ? sel_grain : threshold_slots);
   const sel_space s = sel_space_of(l, c.workspace.data(), n, c.threads);
-  // Count first: the frame size depends on it, and nothing is written before the capacity
-  // check (the residual included).
-  const bool nonfinite = sel_filter<false, false, false>(s, src, at, 0, nullptr);
+  const std::size_t vsize = dtype_size(c.wire);
+  const bool index64 = (c.hdr.flags & flag_index64) != 0;
+  // One pass collects the candidates; with an f32 residual it also stores p there (see the
+  // file comment), but only when the buffer holds a frame of every element: the frame size
+  // is known after the pass, and a refused call must leave the residual untouched.
+  const bool store_p = res.data != nullptr && res.type == dtype::f32 &&
+                       blocks::sparse_layout_of(n, vsize, index64).total <= c.capacity;
+  const bool nonfinite = sparse_collect(s, src, at, false, 0, store_p ? res : tensor_view{});
   const std::uint64_t kept_all = sel_sum(s.cnt, s.tasks);
-  const bool capped = cap > 0 && kept_all > cap;
+  const bool capped = may_cap && kept_all > cap;
   const std::uint64_t m = capped ? cap : kept_all;
-  const blocks::sparse_layout pl =
-      blocks::sparse_layout_of(m, dtype_size(c.wire), (c.hdr.flags & flag_index64) != 0);
+  const blocks::sparse_layout pl = blocks::sparse_layout_of(m, vsize, index64);
   if (pl.total > c.capacity) return too_small();
   c.hdr.param = tau;
-  const sparse_sink sink = sparse_sink_of(c, pl);
-  if (!capped) {
+  sparse_sink sink = sparse_sink_of(c, pl);
+  if (capped) {
+    sparse_top_finish(s, src, m, at, sink, store_p ? res : tensor_view{});
+    if (res.data && !store_p) sel_residual(s, src, sink, res);
+  } else {
     for (std::uint64_t t = 0; t < s.tasks; ++t) {
       s.gt[t] = s.cnt[t];
       s.take[t] = 0;
     }
     sparse_offsets(s);
-    if (res.data)
-      sel_emit_direct<false, true>(s, src, at, sink, res);
-    else
-      sel_emit_direct<false, false>(s, src, at, sink, res);
-  } else {
-    sparse_collect(s, src, at, false, 0, res);
-    sparse_top_finish(s, src, m, at, sink, res);
+    // With p in the residual, the sink patches the residual at every entry it writes.
+    sink.patch = store_p ? static_cast<float*>(res.data) : nullptr;
+    sel_emit_collected(s, store_p ? residual_source(res) : src, at, sink);
+    if (res.data && !store_p) sel_residual(s, src, sink, res);
   }
   sparse_finish(c, pl, m, nonfinite);
   return {};
