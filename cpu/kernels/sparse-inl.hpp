@@ -412,27 +412,33 @@ struct strata_walk {
   }
 };
 
-//! Up to 64 consecutive strata: the chosen index and size of each, and the elements they
+//! Up to 16 consecutive strata: the chosen index and size of each, and the elements they
 //! cover, [first, end).
 struct strata_batch {
   unsigned count;
   std::uint64_t first, end;
-  std::uint64_t index[64], size[64];
+  std::uint64_t index[16], size[16];
 };
 
-//! Strata [j0, j1) in batches of 64 (j0 a multiple of 16, for philox16): fn(batch) for
-//! each. The next batch is drawn, and touch(index) called for its indices (a prefetch),
-//! before fn runs on the current one, so the memory accesses overlap the work.
+//! Batches drawn ahead of the one being processed. Each draw prefetches its 16 indices, so
+//! about 16 * strata_ahead cache-line fetches are in flight, issued a few at a time: one
+//! burst of 64 prefetches (the earlier design) stalled on the core's miss buffers and
+//! left them idle while the batch was processed.
+inline constexpr unsigned strata_ahead = 3;
+
+//! Strata [j0, j1) in batches of 16 (j0 a multiple of 16, for philox16): fn(batch) for
+//! each. Batches are drawn strata_ahead ahead of fn, and touch(index) called for the
+//! indices of each drawn batch (a prefetch), so the memory accesses overlap the work.
 template <class Touch, class Fn>
 inline void randomk_strata(const philox16_gen& g, std::uint64_t n, std::uint64_t k,
                            std::uint64_t j0, std::uint64_t j1, const Touch& touch, const Fn& fn) {
   strata_walk w(n, k, j0);
-  strata_batch batch[2];
+  strata_batch ring[strata_ahead + 1];
   auto draw = [&](strata_batch& bt, std::uint64_t j) {
-    bt.count = j1 - j >= 64 ? 64u : static_cast<unsigned>(j1 - j);
+    bt.count = j1 - j >= 16 ? 16u : static_cast<unsigned>(j1 - j);
     bt.first = w.lo;
-    std::uint32_t rnd[64];
-    for (unsigned q = 0; q < bt.count; q += 16) vstore_u(rnd + q, philox16(g, j + q));
+    std::uint32_t rnd[16];
+    vstore_u(rnd, philox16(g, j));
     for (unsigned l = 0; l < bt.count; ++l) {
       const std::uint64_t lo = w.lo;
       w.next();
@@ -442,12 +448,16 @@ inline void randomk_strata(const philox16_gen& g, std::uint64_t n, std::uint64_t
     }
     bt.end = w.lo;
   };
+  std::uint64_t drawn = j0;
+  for (unsigned a = 0; a < strata_ahead && drawn < j1; ++a, drawn += 16) draw(ring[a], drawn);
   unsigned cur = 0;
-  if (j0 < j1) draw(batch[0], j0);
-  for (std::uint64_t j = j0; j < j1; j += 64) {
-    if (j + 64 < j1) draw(batch[cur ^ 1u], j + 64);
-    fn(batch[cur]);
-    cur ^= 1u;
+  for (std::uint64_t j = j0; j < j1; j += 16) {
+    if (drawn < j1) {
+      draw(ring[(cur + strata_ahead) % (strata_ahead + 1)], drawn);
+      drawn += 16;
+    }
+    fn(ring[cur]);
+    cur = (cur + 1) % (strata_ahead + 1);
   }
 }
 
@@ -491,7 +501,7 @@ inline status randomk_run(const detail::encode_call& c, const psource& source, t
       bool nonfinite = false;
       std::uint64_t j = j0;
       randomk_strata(g, n, k, j0, j1, touch, [&](const strata_batch& bt) {
-        float resid[64];
+        float resid[16];
         for (unsigned q = 0; q < bt.count; ++q, ++j) {
           const float v = src.load1(bt.index[q]);
           nonfinite |= !std::isfinite(v);
