@@ -14,7 +14,9 @@ numpy uint8 array) that decodes anywhere, bit-identically on every backend and r
     frame = codec.encode_with_feedback(grad, residual, seed=1, step=1)  # residual updated
 
 Arrays are numpy arrays or anything with ``__dlpack__`` (torch tensors, ...), float32,
-float16 or bfloat16, C-contiguous; they are never copied. Library errors raise
+float16 or bfloat16, C-contiguous; they are never copied. CUDA tensors run on the CUDA
+backend when it is built in (frames are then torch.uint8 tensors on the same device, work
+runs on torch's current stream; docs/python.md, "CUDA tensors"). Library errors raise
 :class:`gradcodec.Error` (a ValueError and RuntimeError) with a ``code``.
 ``gradcodec.torch`` has the PyTorch DDP communication hook.
 """

@@ -9,8 +9,11 @@ import numpy.typing as npt
 
 # An array the library reads or writes in place: a numpy array or any object with
 # __dlpack__ (torch.Tensor, ...), float32/float16/bfloat16, C-contiguous, never copied.
+# Host memory, or CUDA memory when backend_available("cuda") (every array of one call on
+# the same device; CUDA calls run on torch's current stream of that device).
 ArrayLike = Any
-# Frame bytes: a uint8 numpy array or tensor, bytes, bytearray or memoryview.
+# Frame bytes: a uint8 numpy array or tensor (a CUDA tensor too, where CUDA calls are
+# allowed), bytes, bytearray or memoryview.
 BytesLike = Union[npt.NDArray[np.uint8], bytes, bytearray, memoryview, Any]
 # A dtype: "f32"/"f16"/"bf16", "float32"/..., numpy.float32, numpy.dtype, torch.float32.
 DTypeLike = Any
@@ -60,18 +63,21 @@ class Codec:
     def encode(self, input: ArrayLike, *, seed: int = 0, step: int = 0, tensor_id: int = 0,
                backend: str = "auto", rows: Optional[int] = None, threads: int = 0,
                out: Optional[Any] = None) -> Any:
-        """Encodes input into a frame: a new numpy uint8 array, or out[:size] with out."""
+        """Encodes input into a frame: a new numpy uint8 array (a torch.uint8 tensor on the
+        input's device for a CUDA input), or out[:size] with out (on the input's device)."""
     def encode_with_feedback(self, grad: ArrayLike, residual: ArrayLike, *, seed: int = 0,
                              step: int = 0, tensor_id: int = 0, backend: str = "auto",
                              rows: Optional[int] = None, threads: int = 0,
                              out: Optional[Any] = None) -> Any:
-        """p = grad + residual; frame = encode(p); residual = p - decode(frame) in place."""
+        """p = grad + residual; frame = encode(p); residual = p - decode(frame) in place.
+        grad, residual and out share one device (host or CUDA)."""
     def decode(self, frame: BytesLike, out: Optional[_Out] = None, *,
                shape: Union[int, Sequence[int], None] = None, dtype: DTypeLike = None,
                backend: str = "auto", threads: int = 0) -> Any: ...
     def decode_accumulate(self, frame: BytesLike, acc: ArrayLike, alpha: float = 1.0, *,
                           backend: str = "auto", threads: int = 0) -> None: ...
-    def peek(self, frame: BytesLike) -> FrameInfo: ...
+    def peek(self, frame: BytesLike) -> FrameInfo:
+        """Same as gradcodec.peek (a CUDA frame's header is copied to the host)."""
     @staticmethod
     def from_frame(frame: BytesLike) -> Codec: ...
 
@@ -105,7 +111,9 @@ class FrameInfo:
 
 def encode(spec: SpecLike, input: ArrayLike, *, seed: int = 0, step: int = 0,
            tensor_id: int = 0, backend: str = "auto", rows: Optional[int] = None,
-           threads: int = 0, out: Optional[Any] = None) -> Any: ...
+           threads: int = 0, out: Optional[Any] = None) -> Any:
+    """Codec(spec).encode(input, ...): numpy uint8 for host input, a torch.uint8 tensor on
+    the input's device for CUDA input (a view of its encode_bound-sized allocation)."""
 def encode_with_feedback(spec: SpecLike, grad: ArrayLike, residual: ArrayLike, *,
                          seed: int = 0, step: int = 0, tensor_id: int = 0,
                          backend: str = "auto", rows: Optional[int] = None, threads: int = 0,
@@ -114,14 +122,18 @@ def encode_bound(spec: SpecLike, n: int, dtype: DTypeLike = "f32", rows: int = 0
 def decode(frame: BytesLike, out: Optional[_Out] = None, *,
            shape: Union[int, Sequence[int], None] = None, dtype: DTypeLike = None,
            backend: str = "auto", threads: int = 0) -> Any:
-    """Decodes a whole frame into out, or into a new numpy array."""
+    """Decodes a whole frame into out, or into a new array on the frame's device: numpy for
+    a host frame, a torch tensor for a CUDA frame (where dtype may also be bf16)."""
 def decode_accumulate(frame: BytesLike, acc: ArrayLike, alpha: float = 1.0, *,
                       backend: str = "auto", threads: int = 0) -> None:
     """acc += alpha * decode(frame), in place."""
-def peek(frame: BytesLike) -> FrameInfo: ...
+def peek(frame: BytesLike) -> FrameInfo:
+    """Reads and checks a frame's header; a CUDA frame's 48 header bytes are copied to the
+    host first (torch, on its device's current stream: it waits for the frame's writer)."""
 def sign_majority_vote(frames: Sequence[BytesLike], out: Optional[_Out] = None,
                        alpha: float = 1.0, *, shape: Union[int, Sequence[int], None] = None,
-                       dtype: DTypeLike = None) -> Any: ...
+                       dtype: DTypeLike = None) -> Any:
+    """signSGD majority vote of 'sign' frames; host memory only (frames and out)."""
 def codecs() -> List[Dict[str, Any]]: ...
 def backend_available(name: str) -> bool: ...
 def backends() -> List[str]: ...
@@ -132,7 +144,8 @@ def set_cpu_isa(name: str) -> None: ...
 def cpu_default_threads() -> int: ...
 def set_cpu_default_threads(threads: int) -> None: ...
 
-# --- PowerSGD phases (float32 host arrays, modified in place) ---------------------------
+# --- PowerSGD phases (float32 host arrays, modified in place; CUDA memory is refused:
+# the library's phase and state API has no CUDA version) ------------------------------
 
 def powersgd_compresses(spec: SpecLike, rows: int, cols: int) -> bool: ...
 def powersgd_rank(spec: SpecLike, rows: int, cols: int) -> int: ...

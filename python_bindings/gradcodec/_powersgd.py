@@ -24,6 +24,10 @@ class PowerSGDState:
     ``q`` keeps the mean for the next step's warm start; it starts from the shared-seed
     initial Q, identical on every rank for the same ``seed`` and ``tensor_id``. ``save()``
     and ``load()`` use the library's checkpoint format (docs/format.md).
+
+    Host memory only, like the library's phase API: a CUDA ``grad`` raises
+    :class:`gradcodec.Error` (copy it with ``.cpu()``; the stateless ``powersgd`` codec
+    encodes and decodes CUDA tensors).
     """
 
     def __init__(

@@ -35,10 +35,15 @@ rank's ``state_dict()``.
 
 Randomness is keyed by (seed, step, tensor_id) with step = the number of finished
 iterations (advanced after the last bucket of each backward) and tensor_id = the bucket
-index, the same on every rank. The codecs run on the CPU: CUDA buckets (NCCL) are copied
-to the host for encoding and decoding, frames and dense values travel on the bucket's
-device. The collectives of one bucket are issued in the hook's own thread, in bucket
-order; only the last one is asynchronous.
+index, the same on every rank.
+
+Devices: CUDA buckets on an NCCL process group run on the GPU when gradcodec has its CUDA
+backend (``backend="auto"`` or ``"cuda"``): residuals, frames and decoding stay on the
+bucket's device, on torch's current stream. The ``powersgd`` strategy (the library's
+PowerSGD phases are host-only) and CUDA buckets on other process groups are copied to the
+host for encoding and decoding, and frames and dense values travel on the bucket's device.
+CPU buckets (gloo) run on the CPU. The collectives of one bucket are issued in the hook's
+own thread, in bucket order; only the last one is asynchronous.
 """
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -108,6 +113,17 @@ class _Bucket:
         self.dense: List[Tuple[int, int, int]] = []  # (bucket offset, numel, offset in p)
 
 
+def _backend_of(pg: Optional[Any], device_type: str) -> str:
+    """The collective backend that serves tensors of a device type: "nccl", "gloo", ...
+    (a group made with e.g. backend="cpu:gloo,cuda:nccl" names one per device type)."""
+    name = str(dist.get_backend(pg)).lower()
+    for part in name.split(","):
+        dev, sep, backend = part.partition(":")
+        if sep and dev.strip() == device_type:
+            return backend.strip()
+    return name
+
+
 def _layout(bucket: Any) -> Tuple:
     buf = bucket.buffer()
     shapes = tuple(tuple(int(d) for d in p.shape) for p in bucket.parameters())
@@ -124,7 +140,10 @@ class HookState:
         seed: the shared seed of every random decision, the same on all ranks.
         strategy: "allgather", "dense", "powersgd" or "vote"; None picks by codec (see the
             module documentation).
-        backend: gradcodec backend for encode/decode ("auto", "reference", "cpu").
+        backend: gradcodec backend for encode/decode: "auto" (CUDA for CUDA buckets on an
+            NCCL group when the CUDA backend is available, else the CPU), "cuda" (the same,
+            but an error where the CUDA path cannot be taken), "reference" or "cpu" (host
+            only: CUDA buckets are copied to the host).
     """
 
     def __init__(
@@ -142,6 +161,9 @@ class HookState:
         self.seed = int(seed)
         self.strategy = default_strategy(self.codec) if strategy is None else strategy
         _check_strategy(self.codec, self.strategy)
+        if backend == "cuda" and self.strategy == "powersgd":
+            raise ValueError("backend='cuda' does not apply to the powersgd strategy: the "
+                             "library's PowerSGD phases run on the host (use backend='auto')")
         self.backend = backend
         self.step = 0
         self.bytes_sent = 0  # bytes this rank contributed to the hook's collectives
@@ -206,15 +228,29 @@ class HookState:
             self._buckets[index] = b
         return b
 
+    def _on_device(self, device: torch.device) -> bool:
+        """Whether a bucket on `device` is encoded and decoded there (the CUDA path)."""
+        nccl = device.type == "cuda" and _backend_of(self.process_group, "cuda") == "nccl"
+        if self.backend == "cuda":
+            if not nccl:
+                raise ValueError(f"backend='cuda' needs CUDA buckets on an NCCL process group "
+                                 f"(this bucket is on {device})")
+            return True
+        return (nccl and self.backend == "auto" and self.strategy != "powersgd"
+                and _gc.backend_available("cuda"))
+
     def _encode(self, x: torch.Tensor, b: _Bucket, step: int, index: int) -> torch.Tensor:
+        # x is on the device the codec runs on: the bucket's GPU, or the host.
         n = x.numel()
         bound = self.codec.encode_bound(n, _DTYPES[x.dtype])
-        if b.send is None or b.send.numel() < bound:
-            b.send = torch.zeros(bound, dtype=torch.uint8)
+        if b.send is None or b.send.numel() < bound or b.send.device != x.device:
+            b.send = torch.zeros(bound, dtype=torch.uint8, device=x.device)
         kw = dict(seed=self.seed, step=step, tensor_id=index, backend=self.backend, out=b.send)
         if self.error_feedback:
             if b.residual is None or b.residual.numel() != n:
-                b.residual = torch.zeros(n, dtype=torch.float32)
+                b.residual = torch.zeros(n, dtype=torch.float32, device=x.device)
+            elif b.residual.device != x.device:  # loaded from a state_dict, or moved
+                b.residual = b.residual.to(x.device)
             return self.codec.encode_with_feedback(x, b.residual, **kw)
         return self.codec.encode(x, **kw)
 
@@ -231,7 +267,7 @@ class HookState:
         world = dist.get_world_size(self.process_group)
         device = buf.device
         x = buf.detach()
-        if device.type != "cpu":
+        if not self._on_device(device) and device.type != "cpu":
             x = x.to("cpu")
         self.dense_bytes += 4 * x.numel()
         if self.strategy == "powersgd":
@@ -267,19 +303,25 @@ class HookState:
         send = b.send[:length]
         send[size:].zero_()  # the padding of a frame shorter than the longest
         self.bytes_sent += length
-        if device.type != "cpu":
-            send = send.to(device)
+        send = send.to(device)  # a no-op on the CUDA path and for CPU buckets
         recv = [torch.empty(length, dtype=torch.uint8, device=device) for _ in range(world)]
         work = dist.all_gather(recv, send, group=pg, async_op=True)
         vote = self.strategy == "vote"
         backend = self.backend
+        where = x.device  # where the codec runs: the GPU on the CUDA path, else the host
 
         def finish() -> torch.Tensor:
-            frames = [(r if r.device.type == "cpu" else r.to("cpu"))[:s]
-                      for r, s in zip(recv, sizes)]
-            if vote:
+            if vote:  # the majority vote runs on the host
+                frames = [r.to("cpu")[:s] for r, s in zip(recv, sizes)]
                 return _gc.sign_majority_vote(frames, torch.empty(n, dtype=torch.float32))
-            acc = torch.zeros(n, dtype=torch.float32)
+            frames = [r.to(where)[:s] for r, s in zip(recv, sizes)]
+            if where.type == "cuda":
+                # The callback runs on another stream than the one recv was allocated on:
+                # keep torch's allocator from reusing recv before the decodes have read it.
+                stream = torch.cuda.current_stream(where)
+                for r in recv:
+                    r.record_stream(stream)
+            acc = torch.zeros(n, dtype=torch.float32, device=where)
             alpha = 1.0 / world
             for f in frames:
                 _gc.decode_accumulate(f, acc, alpha, backend=backend)
@@ -294,30 +336,30 @@ class HookState:
         if self.codec.name == "randomk":
             # Same indices on every rank: sum the k values in place in the frame.
             frame = self._encode(x, b, step, index)
-            info = _gc.peek(frame)
+            count = _gc.peek(frame).count
             values = frame[_gc.header_bytes + 16:]
             wire = x.dtype
         else:
             # fp16/bf16: divide first so the 16-bit sum cannot overflow where the mean fits.
+            # No peek: the count is n, and a CUDA frame's header would cost a host wait.
             frame = self._encode(x.to(torch.float32) / world, b, step, index)
-            info = _gc.peek(frame)
+            count = n
             values = frame[_gc.header_bytes:]
             wire = torch.float16 if self.codec.name == "fp16" else torch.bfloat16
-        count = info.count if self.codec.name == "randomk" else n
         width = 4 if wire == torch.float32 else 2
         values = values[: count * width].view(wire)
         sent = values
-        if wire == torch.bfloat16 and dist.get_backend(pg) == "gloo":
+        if wire == torch.bfloat16 and _backend_of(pg, device.type) == "gloo":
             sent = values.to(torch.float32)  # gloo cannot sum bfloat16: sum the exact widening
-        elif device.type != "cpu":
-            sent = values.to(device)
+        else:
+            sent = values.to(device)  # the same tensor when the frame is on the bucket's device
         self.bytes_sent += sent.numel() * sent.element_size()
         work = dist.all_reduce(sent, group=pg, async_op=True)
 
         def finish() -> torch.Tensor:
             if sent is not values:
-                values.copy_(sent.to("cpu"))  # rounds a float32 sum to the wire dtype (RNE)
-            acc = torch.zeros(n, dtype=torch.float32)
+                values.copy_(sent.to(values.device))  # rounds a float32 sum to the wire dtype
+            acc = torch.zeros(n, dtype=torch.float32, device=x.device)
             if self.codec.name == "randomk":
                 _gc.decode_accumulate(frame, acc, 1.0 / world, backend=backend)
             else:

@@ -21,8 +21,10 @@ constexpr const char* kEncodeKwargsDoc = R"(
     rows: matrix rows for codecs that need a shape (PowerSGD); default: shape[0] of an
         array with two or more dimensions, else flat.
     threads: CPU backend threads (0: the library default).
-    out: optional writable uint8 host buffer (numpy array or torch tensor) to encode into;
-        the frame returned is then out[:size], a view of it.)";
+    out: optional writable 1-D uint8 buffer (numpy array or torch tensor, on the input's
+        device) to encode into; the frame returned is then out[:size], a view of it.
+    CUDA tensors run on the CUDA backend, on torch's current stream of their device, with
+    every array of the call on that device.)";
 
 struct encode_args {
   std::uint64_t seed = 0, step = 0, tensor_id = 0;
@@ -41,24 +43,26 @@ nb::object encode_impl(const codec_spec& spec, const in_array& input, const out_
   const const_tensor_view in = tensor_in(input, "input", dev, opt, a.rows);
   tensor_view res{};
   if (residual != nullptr) res = tensor_out(*residual, "residual", dev, opt);
+  mutable_bytes dst;
+  if (!a.out.is_none()) {
+    out_array o;
+    if (!nb::try_cast(a.out, o, false)) throw nb::type_error("out must be a writable uint8 array");
+    dst = bytes_out(o, "out", dev, opt);
+  }
+  const device_scope scope(dev, opt);
   const context ctx{a.seed, a.step, a.tensor_id};
   const operation op = residual != nullptr ? operation::encode_with_feedback : operation::encode;
   workspace ws(unwrap(workspace_size(spec, in, op, opt)), dev);
   opt.workspace = ws.bytes();
 
-  nb::object frame;
-  mutable_bytes dst;
+  nb::object frame = a.out;
   std::uint64_t bound = 0;
   if (a.out.is_none()) {
+    // A CUDA input gets a CUDA frame (torch.uint8 on its device), a host input numpy's.
     bound = encode_bound(spec, in.n, in.type, in.rows);
     void* p = nullptr;
-    frame = numpy_empty({static_cast<std::size_t>(bound)}, "uint8", &p);
+    frame = new_array({static_cast<std::size_t>(bound)}, "uint8", dev, &p);
     dst = {static_cast<std::byte*>(p), static_cast<std::size_t>(bound)};
-  } else {
-    out_array o;
-    if (!nb::try_cast(a.out, o, false)) throw nb::type_error("out must be a writable uint8 array");
-    dst = bytes_out(o, "out");
-    frame = a.out;
   }
   auto run = [&]() -> result<std::size_t> {
     nb::gil_scoped_release nogil;
@@ -68,8 +72,10 @@ nb::object encode_impl(const codec_spec& spec, const in_array& input, const out_
   const std::size_t written = unwrap(run());
   if (a.out.is_none() && written == bound) return frame;
   nb::object view = frame[nb::slice(written)];
-  // A variable-size frame (threshold) far below its bound should not pin the bound's memory.
-  if (a.out.is_none() && written * 2 < bound) return view.attr("copy")();
+  // A variable-size host frame (threshold) far below its bound should not pin the bound's
+  // memory. A CUDA frame stays a view: a copy would be a second device allocation and a
+  // kernel on the caller's stream for what torch's caching allocator recycles anyway.
+  if (a.out.is_none() && !dev.cuda() && written * 2 < bound) return view.attr("copy")();
   return view;
 }
 
@@ -94,38 +100,41 @@ std::vector<std::size_t> shape_arg(nb::handle shape, std::uint64_t n) {
   return dims;
 }
 
-//! A new numpy array for a decode result: dtype from the argument or the frame (numpy has
-//! no bfloat16, so bf16 frames decode to float32 unless out= is given).
-nb::object new_output(const frame_header& h, nb::handle shape, nb::handle type, tensor_view& v) {
+//! A new array for a decode result on the frame's device (numpy, or torch for CUDA):
+//! dtype from the argument or the frame; bf16 frames decode to float32 unless asked for
+//! bf16, which numpy lacks (host frames then need out=).
+nb::object new_output(const frame_header& h, nb::handle shape, nb::handle type,
+                      const call_device& dev, tensor_view& v) {
   dtype t = type.is_none() ? (h.type == dtype::bf16 ? dtype::f32 : h.type) : dtype_arg(type);
-  if (t == dtype::bf16)
+  if (t == dtype::bf16 && !dev.cuda())
     raise_error(status_code::invalid_argument,
                 "numpy has no bfloat16: pass out= (e.g. a torch.bfloat16 tensor) instead");
   void* p = nullptr;
-  nb::object arr = numpy_empty(shape_arg(shape, h.n), numpy_dtype_name(t), &p);
+  nb::object arr = new_array(shape_arg(shape, h.n), dtype_full_name(t), dev, &p);
   v = {p, h.n, t, 0};
   return arr;
 }
 
 nb::object decode_impl(const in_array& frame_arr, nb::handle out, nb::handle shape, nb::handle type,
                        const std::string& backend_name, int threads) {
-  const const_bytes frame = bytes_in(frame_arr, "frame");
-  const frame_header h = unwrap(peek(frame));
   exec_options opt;
   opt.where = backend_arg(backend_name);
   opt.threads = threads;
   call_device dev;
+  const const_bytes frame = frame_in(frame_arr, "frame", dev, opt);
   tensor_view view{};
   nb::object res;
-  if (out.is_none()) {
-    res = new_output(h, shape, type, view);
-    dev.note(nb::device::cpu::value, 0, "out", opt);
-  } else {
+  if (!out.is_none()) {
     out_array o;
     if (!nb::try_cast(out, o, false)) throw nb::type_error("out must be a writable float array");
     view = tensor_out(o, "out", dev, opt);
     res = nb::borrow(out);
   }
+  // After every array is noted: a CUDA frame's header is read only once the call is known
+  // to be all-device.
+  const frame_header h = header_of(frame, dev);
+  const device_scope scope(dev, opt);
+  if (out.is_none()) res = new_output(h, shape, type, dev, view);
   workspace ws(unwrap(workspace_size(spec_of(h), view, operation::decode, opt)), dev);
   opt.workspace = ws.bytes();
   auto run = [&]() -> status {
@@ -138,13 +147,14 @@ nb::object decode_impl(const in_array& frame_arr, nb::handle out, nb::handle sha
 
 void decode_accumulate_impl(const in_array& frame_arr, const out_array& acc, float alpha,
                             const std::string& backend_name, int threads) {
-  const const_bytes frame = bytes_in(frame_arr, "frame");
-  const frame_header h = unwrap(peek(frame));
   exec_options opt;
   opt.where = backend_arg(backend_name);
   opt.threads = threads;
   call_device dev;
+  const const_bytes frame = frame_in(frame_arr, "frame", dev, opt);
   const tensor_view view = tensor_out(acc, "acc", dev, opt);
+  const frame_header h = header_of(frame, dev);
+  const device_scope scope(dev, opt);
   workspace ws(unwrap(workspace_size(spec_of(h), view, operation::decode_accumulate, opt)), dev);
   opt.workspace = ws.bytes();
   auto run = [&]() -> status {
@@ -154,11 +164,19 @@ void decode_accumulate_impl(const in_array& frame_arr, const out_array& acc, flo
   check(run());
 }
 
+//! peek for Python: host frames directly, CUDA frames through a copy of their header.
+frame_header peek_impl(const in_array& frame_arr) {
+  exec_options opt;
+  call_device dev;
+  return header_of(frame_in(frame_arr, "frame", dev, opt), dev);
+}
+
 nb::object vote_impl(const std::vector<in_array>& frames, nb::handle out, float alpha,
                      nb::handle shape, nb::handle type) {
   std::vector<const_bytes> views;
   views.reserve(frames.size());
-  for (const auto& f : frames) views.push_back(bytes_in(f, "frame"));
+  for (const auto& f : frames)
+    views.push_back(bytes_in(f, "frame", "the majority vote runs on the host"));
   if (views.empty()) raise_error(status_code::invalid_argument, "the vote needs at least 1 frame");
   const frame_header h = unwrap(peek(views.front()));
   exec_options opt;
@@ -167,13 +185,15 @@ nb::object vote_impl(const std::vector<in_array>& frames, nb::handle out, float 
   nb::object res;
   if (out.is_none()) {
     const nb::object t = type.is_none() ? nb::object(nb::str("f32")) : nb::borrow(type);
-    res = new_output(h, shape, t, view);
+    res = new_output(h, shape, t, dev, view);
   } else {
     out_array o;
     if (!nb::try_cast(out, o, false)) throw nb::type_error("out must be a writable float array");
+    if (o.device_type() != nb::device::cpu::value)
+      raise_error(status_code::invalid_argument,
+                  "out is not in host memory, but the majority vote runs on the host (pass a "
+                  "host array and copy the result)");
     view = tensor_out(o, "out", dev, opt);
-    if (dev.cuda())
-      raise_error(status_code::invalid_argument, "the majority vote runs on host memory");
     res = nb::borrow(out);
   }
   auto run = [&]() -> status {
@@ -378,7 +398,9 @@ void register_codec(nb::module_& m) {
           nb::arg("tensor_id") = 0, nb::arg("backend") = "auto", nb::arg("rows") = nb::none(),
           nb::arg("threads") = 0, nb::arg("out") = nb::none(),
           (std::string("Encodes a float32/float16/bfloat16 array (numpy, torch, any DLPack\n"
-                       "array; C-contiguous, never copied) into a frame: a numpy uint8 array.\n") +
+                       "array; C-contiguous, never copied) into a frame: a numpy uint8 array,\n"
+                       "or for a CUDA input a torch.uint8 tensor on its device (a view of the\n"
+                       "encode_bound-sized allocation).\n") +
            kEncodeKwargsDoc)
               .c_str())
       .def(
@@ -415,14 +437,10 @@ void register_codec(nb::module_& m) {
           nb::arg("backend") = "auto", nb::arg("threads") = 0,
           "Same as gradcodec.decode_accumulate.")
       .def(
-          "peek",
-          [](const codec_spec&, const in_array& frame) {
-            return unwrap(peek(bytes_in(frame, "frame")));
-          },
+          "peek", [](const codec_spec&, const in_array& frame) { return peek_impl(frame); },
           nb::arg("frame"), "Same as gradcodec.peek.")
       .def_static(
-          "from_frame",
-          [](const in_array& frame) { return spec_of(unwrap(peek(bytes_in(frame, "frame")))); },
+          "from_frame", [](const in_array& frame) { return spec_of(peek_impl(frame)); },
           nb::arg("frame"), "The spec a frame was encoded with, as far as its header records it.");
 
   nb::class_<frame_header>(m, "FrameInfo",
@@ -489,15 +507,15 @@ void register_codec(nb::module_& m) {
         nb::arg("threads") = 0,
         "Decodes a whole frame (exactly its frame_bytes long). With out (any writable\n"
         "float32/float16/bfloat16 array of n elements) the values are written there and out is\n"
-        "returned; otherwise a new numpy array of the given shape (default (n,)) and dtype\n"
-        "(default: the frame's; float32 for bfloat16 frames) is returned.");
+        "returned; otherwise a new array of the given shape (default (n,)) and dtype (default:\n"
+        "the frame's; float32 for bfloat16 frames) is returned: numpy for a host frame, a torch\n"
+        "tensor on the frame's device for a CUDA frame (bfloat16 allowed there).");
   m.def("decode_accumulate", &decode_accumulate_impl, nb::arg("frame"), nb::arg("acc"),
         nb::arg("alpha") = 1.0f, nb::kw_only(), nb::arg("backend") = "auto", nb::arg("threads") = 0,
         "acc += alpha * decode(frame), in place, per element fma(alpha, v, acc) in f32.");
-  m.def(
-      "peek", [](const in_array& frame) { return unwrap(peek(bytes_in(frame, "frame"))); },
-      nb::arg("frame"),
-      "Reads and checks a frame's header (it may be followed by anything); returns FrameInfo.");
+  m.def("peek", &peek_impl, nb::arg("frame"),
+        "Reads and checks a frame's header (it may be followed by anything); returns FrameInfo.\n"
+        "A CUDA frame's 48-byte header is copied to the host first (torch, current stream).");
   m.def("sign_majority_vote", &vote_impl, nb::arg("frames"), nb::arg("out") = nb::none(),
         nb::arg("alpha") = 1.0f, nb::kw_only(), nb::arg("shape") = nb::none(),
         nb::arg("dtype") = nb::none(),

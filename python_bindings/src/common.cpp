@@ -58,10 +58,23 @@ void require_contiguous(const Array& a, const char* what) {
                                          "numpy.ascontiguousarray or tensor.contiguous())"));
 }
 
+//! "in host memory" or "on cuda:N": where an array lives, for messages.
+std::string where_text(int device_type, int device_id) {
+  if (device_type == nb::device::cpu::value) return "in host memory";
+  if (device_type == nb::device::cuda::value) return "on cuda:" + std::to_string(device_id);
+  return "on DLPack device type " + std::to_string(device_type);
+}
+
 template <class Array>
-void require_host(const Array& a, const char* what) {
+void require_host(const Array& a, const char* what, const char* why) {
   if (a.device_type() != nb::device::cpu::value)
-    raise_error(status_code::invalid_argument, std::string(what).append(" must be in host memory"));
+    raise_error(status_code::invalid_argument,
+                std::string(what)
+                    .append(" is ")
+                    .append(where_text(a.device_type(), a.device_id()))
+                    .append(", but ")
+                    .append(why)
+                    .append(" (copy it with .cpu() first)"));
 }
 
 template <class Array>
@@ -123,8 +136,8 @@ void call_device::note(int device_type, int device_id, const char* what, exec_op
     if (!backend_available(backend::cuda))
       raise_error(status_code::backend_unavailable,
                   std::string(what).append(
-                      " is CUDA memory, but the CUDA backend is not available in this build "
-                      "(copy the tensor to the CPU first)"));
+                      " is CUDA memory, but the CUDA backend is not available (gradcodec was "
+                      "built without it, or it sees no device): copy the tensor to the CPU first"));
     if (opt.where == backend::automatic) opt.where = backend::cuda;
     if (opt.where != backend::cuda)
       raise_error(status_code::invalid_argument, std::string(what)
@@ -135,9 +148,20 @@ void call_device::note(int device_type, int device_id, const char* what, exec_op
   if (type == 0) {
     type = device_type;
     id = device_id;
+    first = what;
   } else if (type != device_type || id != device_id) {
+    // The library would refuse the call too, but only after a host backend had touched
+    // device memory (or the reverse): every array of a call lives on one device.
     raise_error(status_code::invalid_argument,
-                std::string(what).append(" is on another device than the other arrays"));
+                std::string(what)
+                    .append(" is ")
+                    .append(where_text(device_type, device_id))
+                    .append(" but ")
+                    .append(first)
+                    .append(" is ")
+                    .append(where_text(type, id))
+                    .append(": every array of one call must be on the same device (gradcodec "
+                            "copies nothing; move it with .to(...))"));
   }
 }
 
@@ -156,27 +180,59 @@ tensor_view tensor_out(const out_array& a, const char* what, call_device& dev, e
   return {a.data(), static_cast<std::uint64_t>(a.size()), t, 0};
 }
 
-const_bytes bytes_in(const in_array& a, const char* what) {
+const_bytes frame_in(const in_array& a, const char* what, call_device& dev, exec_options& opt) {
   if (!is_byte_type(a.dtype()))
     throw nb::type_error(type_error_text(what, "uint8 bytes (numpy uint8, bytes, ...)").c_str());
   require_contiguous(a, what);
-  require_host(a, what);
+  dev.note(a.device_type(), a.device_id(), what, opt);
   return {static_cast<const std::byte*>(a.data()), a.size()};
 }
 
-mutable_bytes bytes_out(const out_array& a, const char* what) {
+const_bytes bytes_in(const in_array& a, const char* what, const char* why) {
+  if (!is_byte_type(a.dtype()))
+    throw nb::type_error(type_error_text(what, "uint8 bytes (numpy uint8, bytes, ...)").c_str());
+  require_contiguous(a, what);
+  require_host(a, what, why);
+  return {static_cast<const std::byte*>(a.data()), a.size()};
+}
+
+mutable_bytes bytes_out(const out_array& a, const char* what, call_device& dev, exec_options& opt) {
   if (!is_byte_type(a.dtype()) || a.ndim() != 1)
     throw nb::type_error(type_error_text(what, "a 1-D uint8 array").c_str());
   require_contiguous(a, what);
-  require_host(a, what);
+  dev.note(a.device_type(), a.device_id(), what, opt);
   return {static_cast<std::byte*>(a.data()), a.size()};
+}
+
+frame_header header_of(const_bytes frame, const call_device& dev) {
+  if (!dev.cuda() || frame.size() == 0) return unwrap(peek(frame));
+  // The header is on the device: a non-owning torch view of its first bytes, copied to
+  // the host by .cpu() (a small synchronous copy on torch's current stream, so it waits
+  // for the work that wrote the frame). The library reads it again when it decodes.
+  const std::size_t len = frame.size() < header_bytes ? frame.size() : header_bytes;
+  torch_module();
+  const nb::ndarray<nb::pytorch, std::uint8_t, nb::ndim<1>> head(
+      const_cast<std::byte*>(frame.data()), {len}, nb::handle(), {}, nb::dtype<std::uint8_t>(),
+      nb::device::cuda::value, dev.id);
+  const nb::object host = nb::cast(head, nb::rv_policy::reference).attr("cpu")();
+  const auto bytes = nb::cast<in_array>(host);
+  return unwrap(peek({static_cast<const std::byte*>(bytes.data()), len}));
+}
+
+void require_host_phase(int device_type, const char* what) {
+  if (device_type == nb::device::cpu::value) return;
+  raise_error(status_code::invalid_argument,
+              std::string(what).append(
+                  " is not in host memory: the PowerSGD phase and state functions run on host "
+                  "memory only (the library has no CUDA version of them; copy it with .cpu(), "
+                  "or use the stateless 'powersgd' codec, which encodes and decodes on CUDA)"));
 }
 
 std::span<const float> f32_in(const in_array& a, const char* what) {
   if (dtype_of(a.dtype()) != dtype::f32)
     throw nb::type_error(type_error_text(what, "float32").c_str());
   require_contiguous(a, what);
-  require_host(a, what);
+  require_host_phase(a.device_type(), what);
   return {static_cast<const float*>(a.data()), a.size()};
 }
 
@@ -184,27 +240,71 @@ std::span<float> f32_out(const out_array& a, const char* what) {
   if (dtype_of(a.dtype()) != dtype::f32)
     throw nb::type_error(type_error_text(what, "float32").c_str());
   require_contiguous(a, what);
-  require_host(a, what);
+  require_host_phase(a.device_type(), what);
   return {static_cast<float*>(a.data()), a.size()};
+}
+
+nb::module_ torch_module() {
+  try {
+    return nb::module_::import_("torch");
+  } catch (nb::python_error& e) {
+    if (!e.matches(PyExc_ImportError)) throw;
+    raise_error(status_code::backend_unavailable,
+                "CUDA arrays need PyTorch: gradcodec allocates device memory and finds the "
+                "current CUDA stream through torch, which cannot be imported here");
+  }
+}
+
+device_scope::device_scope(const call_device& dev, exec_options& opt) {
+  if (!dev.cuda()) return;
+  const nb::object cuda = torch_module().attr("cuda");
+  // The caller's current stream: the kernels run after the torch work that produced the
+  // inputs, and torch's allocator (workspace, frames) reuses memory in that stream's order.
+  // 0 is the legacy default stream, which is the library's nullptr too.
+  const auto stream =
+      nb::cast<std::uintptr_t>(cuda.attr("current_stream")(dev.id).attr("cuda_stream"));
+  // Launches go to the current device: make it the arrays' one. Entered last, so nothing
+  // can throw between entering and the destructor's exit.
+  nb::object guard = cuda.attr("device")(dev.id);
+  guard.attr("__enter__")();
+  guard_ = std::move(guard);
+  opt.stream = reinterpret_cast<void*>(stream);
+}
+
+device_scope::~device_scope() {
+  if (!guard_.is_valid()) return;
+  try {
+    guard_.attr("__exit__")(nb::none(), nb::none(), nb::none());
+  } catch (...) {  // NOLINT(bugprone-empty-catch): a destructor must not throw
+  }
 }
 
 workspace::workspace(std::size_t size, const call_device& dev) {
   if (size == 0) return;
   if (dev.cuda()) {
     // Device scratch comes from torch's caching allocator (the only way CUDA memory can
-    // reach this module), on the tensors' device.
-    nb::module_ torch = nb::module_::import_("torch");
-    nb::object device = torch.attr("device")("cuda", dev.id);
-    holder_ = torch.attr("empty")(size, nb::arg("dtype") = torch.attr("uint8"),
-                                  nb::arg("device") = device);
-    const auto ptr = nb::cast<std::uintptr_t>(holder_.attr("data_ptr")());
-    bytes_ = {reinterpret_cast<std::byte*>(ptr), size};
+    // reach this module), on the arrays' device and its current stream.
+    void* data = nullptr;
+    holder_ = new_array({size}, "uint8", dev, &data);
+    bytes_ = {static_cast<std::byte*>(data), size};
     return;
   }
   // Grow-only per-thread buffer: no allocation once the largest call has been seen.
   thread_local std::vector<std::byte> host;
   if (host.size() < size) host.resize(size);
   bytes_ = {host.data(), size};
+}
+
+nb::object new_array(const std::vector<std::size_t>& shape, const char* type,
+                     const call_device& dev, void** data) {
+  if (!dev.cuda()) return numpy_empty(shape, type, data);
+  nb::module_ torch = torch_module();
+  nb::list dims;
+  for (std::size_t d : shape) dims.append(d);
+  nb::object arr = torch.attr("empty")(nb::tuple(dims), nb::arg("dtype") = torch.attr(type),
+                                       nb::arg("device") = torch.attr("device")("cuda", dev.id));
+  *data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(arr.attr("data_ptr")()));
+  return arr;
 }
 
 nb::object numpy_empty(const std::vector<std::size_t>& shape, const char* numpy_dtype,
@@ -217,13 +317,13 @@ nb::object numpy_empty(const std::vector<std::size_t>& shape, const char* numpy_
   return arr;
 }
 
-const char* numpy_dtype_name(dtype t) {
+const char* dtype_full_name(dtype t) {
   switch (t) {
     case dtype::f32: return "float32";
     case dtype::f16: return "float16";
     case dtype::bf16: break;
   }
-  return nullptr;  // numpy has no bfloat16
+  return "bfloat16";
 }
 
 }  // namespace gradcodec::python

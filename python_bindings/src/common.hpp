@@ -2,7 +2,8 @@
 //! @file
 //! Shared pieces of the Python extension: turning library statuses into gradcodec.Error,
 //! reading arrays (numpy, or anything with __dlpack__ such as torch tensors) as library
-//! views without copying them, and host or device workspace.
+//! views without copying them, and host or device workspace. CUDA memory is reached only
+//! through torch (allocations, streams, the device guard): no CUDA header is included.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -50,10 +51,11 @@ codec_spec spec_arg(nb::handle spec);
 dtype dtype_arg(nb::handle type);
 backend backend_arg(const std::string& name);
 
-//! Which device the tensors of one call live on; every array of a call must agree.
+//! Which device the arrays of one call live on; every array of a call must agree.
 struct call_device {
-  int type = 0;  //!< 0 = no tensor seen yet, else a DLPack device type
+  int type = 0;  //!< 0 = no array seen yet, else a DLPack device type
   int id = 0;
+  const char* first = nullptr;  //!< the array that set the device (for error messages)
 
   //! Records an array's device; CUDA memory needs the CUDA backend (and then selects it).
   void note(int device_type, int device_id, const char* what, exec_options& opt);
@@ -67,15 +69,41 @@ const_tensor_view tensor_in(const in_array& a, const char* what, call_device& de
 //! A gradient view of a writable array (decode output, accumulator, residual).
 tensor_view tensor_out(const out_array& a, const char* what, call_device& dev, exec_options& opt);
 
-//! The bytes of a frame or state: a 1-D or N-D C-contiguous uint8/int8 host array, or any
+//! A frame: a C-contiguous uint8/int8 array in host or CUDA memory (noted in `dev`), or any
 //! object with the buffer protocol (bytes, bytearray, memoryview).
-const_bytes bytes_in(const in_array& a, const char* what);
-//! A buffer to encode into: 1-D (the frame returned is out[:size]), uint8, host memory.
-mutable_bytes bytes_out(const out_array& a, const char* what);
+const_bytes frame_in(const in_array& a, const char* what, call_device& dev, exec_options& opt);
+//! Bytes the host reads (PowerSGD states, the frames of the majority vote): host memory
+//! only; `why` names what needs the host.
+const_bytes bytes_in(const in_array& a, const char* what, const char* why);
+//! A buffer to encode into: 1-D (the frame returned is out[:size]), uint8, host or CUDA.
+mutable_bytes bytes_out(const out_array& a, const char* what, call_device& dev, exec_options& opt);
+
+//! A frame's header, checked as peek() does. A CUDA frame's first 48 bytes are copied to
+//! the host through torch (on torch's current stream of its device, which waits for them).
+frame_header header_of(const_bytes frame, const call_device& dev);
 
 //! f32 host arrays for the PowerSGD phases (any shape, C-contiguous).
 std::span<const float> f32_in(const in_array& a, const char* what);
 std::span<float> f32_out(const out_array& a, const char* what);
+//! A PowerSGD phase refuses CUDA memory with a message that says why (host-only API).
+void require_host_phase(int device_type, const char* what);
+
+//! `import torch`, or gradcodec.Error(backend_unavailable) saying CUDA arrays need it.
+nb::module_ torch_module();
+
+//! For a CUDA call: makes the arrays' device current (torch.cuda.device) for the call and
+//! runs it on torch's current stream of that device, so the library's kernels are ordered
+//! with the caller's torch work and with torch's caching allocator. Nothing for host calls.
+class device_scope {
+ public:
+  device_scope(const call_device& dev, exec_options& opt);
+  ~device_scope();
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+
+ private:
+  nb::object guard_;
+};
 
 //! Scratch for one call: a per-thread host buffer, or device memory from torch for CUDA.
 class workspace {
@@ -88,9 +116,15 @@ class workspace {
   mutable_bytes bytes_{};
 };
 
+//! A new array on the call's device: numpy.empty for host calls, torch.empty (torch's
+//! caching allocator, current stream) for CUDA. `type` is a torch/numpy dtype name.
+nb::object new_array(const std::vector<std::size_t>& shape, const char* type,
+                     const call_device& dev, void** data);
+
 //! numpy.empty(shape, dtype) and its data pointer.
 nb::object numpy_empty(const std::vector<std::size_t>& shape, const char* numpy_dtype, void** data);
-const char* numpy_dtype_name(dtype t);
+//! "float32", "float16", "bfloat16" (torch's names; numpy has no bfloat16).
+const char* dtype_full_name(dtype t);
 
 void register_codec(nb::module_& m);
 void register_powersgd(nb::module_& m);

@@ -3,6 +3,8 @@
 //! The PowerSGD phase API and its checkpoint format for Python. The caller owns Q, P and
 //! the residual as float32 arrays (numpy, or torch CPU tensors through DLPack) and runs the
 //! two allreduces between the phases; gradcodec.PowerSGDState wraps this for one matrix.
+//! Host memory only: the library's phase API has no CUDA version (docs/cuda.md), so CUDA
+//! tensors are refused with a message saying so.
 
 #include <string>
 
@@ -10,6 +12,8 @@
 
 namespace gradcodec::python {
 namespace {
+
+constexpr const char* kStateOnHost = "PowerSGD states are read on the host";
 
 codec_spec powersgd_spec(nb::handle spec) {
   codec_spec s = spec_arg(spec);
@@ -61,10 +65,10 @@ void register_powersgd(nb::module_& m) {
       [](nb::handle spec, const in_array& grad, const out_array& residual, const in_array& q,
          const out_array& p, std::optional<std::uint64_t> rows) {
         const codec_spec s = powersgd_spec(spec);
+        require_host_phase(grad.device_type(), "grad");
         exec_options opt{backend::cpu};
         call_device dev;
         const const_tensor_view g = tensor_in(grad, "grad", dev, opt, rows);
-        if (dev.cuda()) raise_error(status_code::invalid_argument, "powersgd: host memory only");
         const auto res = f32_out(residual, "residual");
         const auto qs = f32_in(q, "q");
         const auto ps = f32_out(p, "p");
@@ -102,10 +106,10 @@ void register_powersgd(nb::module_& m) {
          const out_array& residual, const out_array& out, bool error_feedback,
          std::optional<std::uint64_t> rows) {
         const codec_spec s = powersgd_spec(spec);
+        require_host_phase(out.device_type(), "out");
         exec_options opt{backend::cpu};
         call_device dev;
         tensor_view o = tensor_out(out, "out", dev, opt);
-        if (dev.cuda()) raise_error(status_code::invalid_argument, "powersgd: host memory only");
         o.rows = rows ? *rows : (out.ndim() >= 2 ? static_cast<std::uint64_t>(out.shape(0)) : 0);
         const auto ps = f32_in(p, "p");
         const auto qs = f32_out(q, "q");
@@ -152,7 +156,7 @@ void register_powersgd(nb::module_& m) {
   m.def(
       "powersgd_peek_state",
       [](const in_array& state) {
-        return info_dict(unwrap(powersgd_peek_state(bytes_in(state, "state"))));
+        return info_dict(unwrap(powersgd_peek_state(bytes_in(state, "state", kStateOnHost))));
       },
       nb::arg("state"),
       "Checks a saved state (header, sizes, checksum) and returns its rows, cols, rank, step.");
@@ -161,8 +165,8 @@ void register_powersgd(nb::module_& m) {
       [](const in_array& state, std::uint64_t rows, std::uint64_t cols, std::uint32_t rank,
          const out_array& q, const out_array& residual) {
         return info_dict(
-            unwrap(powersgd_load_state(bytes_in(state, "state"), rows, cols, rank, f32_out(q, "q"),
-                                       f32_out(residual, "residual"))));
+            unwrap(powersgd_load_state(bytes_in(state, "state", kStateOnHost), rows, cols, rank,
+                                       f32_out(q, "q"), f32_out(residual, "residual"))));
       },
       nb::arg("state"), nb::arg("rows"), nb::arg("cols"), nb::arg("rank"), nb::arg("q"),
       nb::arg("residual"),

@@ -2,8 +2,12 @@
 """The gradcodec Python API: round trips, zero-copy behaviour, error paths, PowerSGD."""
 
 import ast
+import ctypes
+import os
 import pathlib
 import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -341,6 +345,108 @@ def test_cuda_tensors_need_the_cuda_backend():
         assert gc.peek(frame).n == 100
     else:
         expect_error(gc.StatusCode.backend_unavailable, gc.encode, "fp16", t)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class FakeCudaArray:
+    """A DLPack producer that says its (host) memory is on cuda:0, so the device checks of
+    the bindings can be reached without a GPU. Nothing may read or write its memory as
+    device memory: only calls refused before that are made with it."""
+
+    def __init__(self, array):
+        self.array = np.ascontiguousarray(array)
+        self.shape = (ctypes.c_int64 * self.array.ndim)(*self.array.shape)
+        self.managed = _DLManagedTensor()  # no deleter: this object owns everything
+        t = self.managed.dl_tensor
+        t.data = self.array.ctypes.data
+        t.device = _DLDevice(2, 0)  # kDLCUDA
+        t.ndim = self.array.ndim
+        t.dtype = _DLDataType({"i": 0, "u": 1, "f": 2}[self.array.dtype.kind],
+                              8 * self.array.dtype.itemsize, 1)
+        t.shape = ctypes.cast(self.shape, ctypes.POINTER(ctypes.c_int64))
+
+    def __dlpack__(self, **kwargs):
+        return _capsule_new(ctypes.addressof(self.managed), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+
+def test_cuda_memory_is_refused_before_it_is_touched_where_it_cannot_work():
+    """Host-only APIs (PowerSGD phases and states, the majority vote) refuse CUDA memory
+    with a message saying so; without the CUDA backend every CUDA array is refused."""
+    x = grad(1000)
+    frame = gc.encode("sign:bucket=64", x)
+    spec = gc.Codec("powersgd:rank=2")
+    q = np.zeros(24, np.float32)
+    err = expect_error(gc.StatusCode.invalid_argument, gc.powersgd_compute_p, spec,
+                       FakeCudaArray(grad(192).reshape(16, 12)), np.zeros(192, np.float32), q,
+                       np.zeros(32, np.float32))
+    assert "host memory only" in str(err) and "grad" in str(err)
+    expect_error(gc.StatusCode.invalid_argument, gc.powersgd_init_q, spec, 16, 12,
+                 FakeCudaArray(q))
+    expect_error(gc.StatusCode.invalid_argument, gc.powersgd_finish, spec,
+                 np.zeros(32, np.float32), q, 1, np.zeros(192, np.float32),
+                 FakeCudaArray(np.zeros((16, 12), np.float32)))
+    state = gc.PowerSGDState(spec, 16, 12).save()
+    expect_error(gc.StatusCode.invalid_argument, gc.powersgd_peek_state, FakeCudaArray(state))
+    err = expect_error(gc.StatusCode.invalid_argument, gc.sign_majority_vote,
+                       [FakeCudaArray(frame)])
+    assert "cuda:0" in str(err) and "host" in str(err)
+    expect_error(gc.StatusCode.invalid_argument, gc.sign_majority_vote, [frame],
+                 FakeCudaArray(np.zeros(1000, np.float32)))
+    if gc.backend_available("cuda"):
+        return  # the rest would hand host memory to the CUDA backend
+    for fn, args, kwargs in [
+        (gc.encode, ("qsgd", FakeCudaArray(x)), {}),
+        (gc.encode, ("qsgd", x), dict(out=FakeCudaArray(np.zeros(4096, np.uint8)))),
+        (gc.encode_with_feedback, ("qsgd", x, FakeCudaArray(np.zeros(1000, np.float32))), {}),
+        (gc.decode, (FakeCudaArray(frame),), {}),
+        (gc.decode, (frame, FakeCudaArray(np.zeros(1000, np.float32))), {}),
+        (gc.decode_accumulate, (FakeCudaArray(frame), np.zeros(1000, np.float32)), {}),
+        (gc.peek, (FakeCudaArray(frame),), {}),
+    ]:
+        err = expect_error(gc.StatusCode.backend_unavailable, fn, *args, **kwargs)
+        assert "CUDA" in str(err)
+
+
+def test_host_arrays_never_import_torch():
+    """numpy users need no PyTorch: torch is imported only when a CUDA array shows up."""
+    code = "\n".join([
+        "import sys, numpy as np, gradcodec as gc",
+        "x = np.linspace(-1, 1, 1000, dtype=np.float32)",
+        "for spec in ('topk:ratio=0.1', 'threshold:tau=0.5', 'qsgd', 'powersgd'):",
+        "    f = gc.encode(spec, x)",
+        "    gc.peek(f); gc.decode(f); gc.decode_accumulate(f, np.zeros_like(x))",
+        "    gc.encode_with_feedback(spec, x, np.zeros_like(x), out=np.empty(1 << 16, np.uint8))",
+        "st = gc.PowerSGDState('powersgd', 40, 25)",
+        "st.compute_p(x.reshape(40, 25)); st.compute_q(); st.finish()",
+        "assert 'torch' not in sys.modules, 'gradcodec imported torch'",
+    ])
+    subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
 
 
 # --- PowerSGD -------------------------------------------------------------------------

@@ -10,7 +10,11 @@ replays it with gradcodec.encode / decode / the PowerSGD phases, keeping its own
 first iteration all take part). Coefficients are multiples of 1/32 in [-2, 2], so the
 dense sums (fp16, bf16, randomk values) are exact in any order; PowerSGD's allreduced
 P and Q are rounded sums, which with 4 ranks gloo may add in another order than the
-replay, so there the comparison has a tolerance (with 2 ranks it is exact)."""
+replay, so there the comparison has a tolerance (with 2 ranks it is exact).
+
+The same cases run over NCCL on CUDA buckets (one rank per GPU, at most 2; a 1-rank group
+on a machine with one GPU), where the hook encodes and decodes on the GPU: the result must
+equal the same CPU replay, since the CUDA backend writes the CPU backend's bytes."""
 
 import os
 import tempfile
@@ -213,16 +217,25 @@ class Replay:
 # --- the ranks ------------------------------------------------------------------------
 
 
-def run_case(rank, world, spec, kwargs, cap_mb):
-    model = Known()
-    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cap_mb)
+def run_case(rank, world, spec, kwargs, cap_mb, device=None):
+    device = torch.device("cpu") if device is None else device
+    model = Known().to(device)
+    ids = [device.index] if device.type == "cuda" else None
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids,
+                                                    bucket_cap_mb=cap_mb)
     state = gct.HookState(spec=spec, seed=7, **kwargs)
     records = []
     ddp.register_comm_hook(state, record_hook(records))
     for it in range(ITERATIONS):
         ddp.zero_grad()
-        ddp(coeffs(rank, it)).backward()
+        ddp([c.to(device) for c in coeffs(rank, it)]).backward()
     assert state.step == ITERATIONS
+    if device.type == "cuda" and state.strategy != "powersgd":
+        # The CUDA path ran: frames and residuals stayed on the GPU.
+        for b in state._buckets.values():
+            assert b.send is not None and b.send.device == device, f"{spec}: frames on the host"
+            if state.error_feedback:
+                assert b.residual.device == device, f"{spec}: residual on the host"
     positions = {p.data_ptr(): i for i, p in enumerate(model.parameters())}
     replay = Replay(spec, dict(kwargs, seed=7), world)
     exact = not (replay.state.strategy == "powersgd" and world > 2)
@@ -231,7 +244,7 @@ def run_case(rank, world, spec, kwargs, cap_mb):
         inputs = [torch.cat([coeffs(r, rec["step"])[i].flatten() for i in order])
                   for r in range(world)]
         want = replay.expected(rec, inputs)
-        got = rec["out"]
+        got = rec["out"].cpu()
         where = f"{spec} {kwargs} bucket {rec['index']} step {rec['step']}"
         if exact:
             assert torch.equal(got, want), f"{where}: max diff {(got - want).abs().max()}"
@@ -270,6 +283,44 @@ def test_hook_equals_the_library_for_every_codec(world):
         mp.spawn(worker, args=(world, os.path.join(tmp, "init")), nprocs=world)
 
 
+def nccl_worker(rank, world, init_file):
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method="file://" + init_file, rank=rank,
+                            world_size=world)
+    try:
+        for spec, kwargs, cap in CASES:
+            try:
+                run_case(rank, world, spec, kwargs, cap, torch.device("cuda", rank))
+            except Exception as e:  # name the case in what spawn re-raises (chained)
+                raise AssertionError(f"NCCL case {spec} {kwargs}: {e}") from e
+    finally:
+        dist.destroy_process_group()
+
+
+def _nccl_missing():
+    if not torch.cuda.is_available():
+        return "torch.cuda.is_available() is False (no CUDA device, or a CPU-only PyTorch)"
+    if not gc.backend_available("cuda"):
+        return "gradcodec has no usable CUDA backend (built without CUDA, or no device)"
+    if not dist.is_nccl_available():
+        return "this PyTorch has no NCCL"
+    return None
+
+
+def test_hook_on_cuda_over_nccl_equals_the_library():
+    """Every case over NCCL with CUDA buckets: 2 ranks on 2 GPUs, else 1 rank on 1 GPU."""
+    missing = _nccl_missing()
+    if missing is not None:
+        if os.environ.get("GRADCODEC_REQUIRE_CUDA") == "1":
+            pytest.fail(f"GRADCODEC_REQUIRE_CUDA=1 but {missing}")
+        pytest.skip(missing)
+    import torch.multiprocessing as mp
+
+    world = min(2, torch.cuda.device_count())
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(nccl_worker, args=(world, os.path.join(tmp, "init")), nprocs=world)
+
+
 def test_hook_state_checks():
     with pytest.raises(ValueError):
         gct.HookState(spec="qsgd", strategy="dense")
@@ -291,3 +342,19 @@ def test_hook_state_checks():
         gct.HookState(spec="topk", seed=4).load_state_dict(d)
     with pytest.raises(ValueError):
         gct.HookState(spec="qsgd", seed=3).load_state_dict(d)
+    # The library's PowerSGD phases are host-only: no CUDA path for that strategy.
+    with pytest.raises(ValueError):
+        gct.HookState(spec="powersgd", backend="cuda")
+    assert gct.HookState(spec="powersgd", strategy="allgather", backend="cuda").backend == "cuda"
+
+
+def test_collective_backend_per_device_type(monkeypatch):
+    for name, cpu, cuda in [("gloo", "gloo", "gloo"), ("nccl", "nccl", "nccl"),
+                            ("cpu:gloo,cuda:nccl", "gloo", "nccl")]:
+        monkeypatch.setattr(gct.dist, "get_backend", lambda group=None, name=name: name)
+        assert gct._backend_of(None, "cpu") == cpu and gct._backend_of(None, "cuda") == cuda
+    # A CPU bucket never takes the CUDA path; backend="cuda" says why it cannot.
+    state = gct.HookState(spec="topk")
+    assert not state._on_device(torch.device("cpu"))
+    with pytest.raises(ValueError):
+        gct.HookState(spec="topk", backend="cuda")._on_device(torch.device("cpu"))
