@@ -60,8 +60,8 @@ class output_buffer {
   std::unique_ptr<float[], free_deleter> mem_;
 };
 
-gc::status decode_into(const std::vector<std::byte>& frame, gc::tensor_view out,
-                       gc::backend where, int threads) {
+gc::status decode_into(const std::vector<std::byte>& frame, gc::tensor_view out, gc::backend where,
+                       int threads) {
   gc::exec_options opt = options(where, threads);
   const gc::codec_spec spec = gc::spec_of(gc::peek(frame).value());
   std::vector<std::byte> ws(gc::workspace_size(spec, out, gc::operation::decode, opt).value());
