@@ -13,6 +13,9 @@
 namespace gradcodec::python {
 namespace {
 
+//! Why the majority vote refuses device arrays: the library's vote runs on the host.
+constexpr const char* kVoteOnHost = "the majority vote runs on the host";
+
 constexpr const char* kEncodeKwargsDoc = R"(
     seed, step, tensor_id: the context that keys every random decision; every rank of a
         job passes the same values (step advances once per training step).
@@ -175,8 +178,7 @@ nb::object vote_impl(const std::vector<in_array>& frames, nb::handle out, float 
                      nb::handle shape, nb::handle type) {
   std::vector<const_bytes> views;
   views.reserve(frames.size());
-  for (const auto& f : frames)
-    views.push_back(bytes_in(f, "frame", "the majority vote runs on the host"));
+  for (const auto& f : frames) views.push_back(bytes_in(f, "frame", kVoteOnHost));
   if (views.empty()) raise_error(status_code::invalid_argument, "the vote needs at least 1 frame");
   const frame_header h = unwrap(peek(views.front()));
   exec_options opt;
@@ -189,10 +191,7 @@ nb::object vote_impl(const std::vector<in_array>& frames, nb::handle out, float 
   } else {
     out_array o;
     if (!nb::try_cast(out, o, false)) throw nb::type_error("out must be a writable float array");
-    if (o.device_type() != nb::device::cpu::value)
-      raise_error(status_code::invalid_argument,
-                  "out is not in host memory, but the majority vote runs on the host (pass a "
-                  "host array and copy the result)");
+    require_host(o.device_type(), o.device_id(), "out", kVoteOnHost);
     view = tensor_out(o, "out", dev, opt);
     res = nb::borrow(out);
   }

@@ -66,18 +66,6 @@ std::string where_text(int device_type, int device_id) {
 }
 
 template <class Array>
-void require_host(const Array& a, const char* what, const char* why) {
-  if (a.device_type() != nb::device::cpu::value)
-    raise_error(status_code::invalid_argument,
-                std::string(what)
-                    .append(" is ")
-                    .append(where_text(a.device_type(), a.device_id()))
-                    .append(", but ")
-                    .append(why)
-                    .append(" (copy it with .cpu() first)"));
-}
-
-template <class Array>
 dtype float_type(const Array& a, const char* what) {
   auto t = dtype_of(a.dtype());
   if (!t)
@@ -192,7 +180,7 @@ const_bytes bytes_in(const in_array& a, const char* what, const char* why) {
   if (!is_byte_type(a.dtype()))
     throw nb::type_error(type_error_text(what, "uint8 bytes (numpy uint8, bytes, ...)").c_str());
   require_contiguous(a, what);
-  require_host(a, what, why);
+  require_host(a.device_type(), a.device_id(), what, why);
   return {static_cast<const std::byte*>(a.data()), a.size()};
 }
 
@@ -219,20 +207,21 @@ frame_header header_of(const_bytes frame, const call_device& dev) {
   return unwrap(peek({static_cast<const std::byte*>(bytes.data()), len}));
 }
 
-void require_host_phase(int device_type, const char* what) {
+void require_host(int device_type, int device_id, const char* what, const char* why) {
   if (device_type == nb::device::cpu::value) return;
-  raise_error(status_code::invalid_argument,
-              std::string(what).append(
-                  " is not in host memory: the PowerSGD phase and state functions run on host "
-                  "memory only (the library has no CUDA version of them; copy it with .cpu(), "
-                  "or use the stateless 'powersgd' codec, which encodes and decodes on CUDA)"));
+  raise_error(status_code::invalid_argument, std::string(what)
+                                                 .append(" is ")
+                                                 .append(where_text(device_type, device_id))
+                                                 .append(", but ")
+                                                 .append(why)
+                                                 .append(" (copy it with .cpu() first)"));
 }
 
 std::span<const float> f32_in(const in_array& a, const char* what) {
   if (dtype_of(a.dtype()) != dtype::f32)
     throw nb::type_error(type_error_text(what, "float32").c_str());
   require_contiguous(a, what);
-  require_host_phase(a.device_type(), what);
+  require_host(a.device_type(), a.device_id(), what, kPhaseOnHost);
   return {static_cast<const float*>(a.data()), a.size()};
 }
 
@@ -240,7 +229,7 @@ std::span<float> f32_out(const out_array& a, const char* what) {
   if (dtype_of(a.dtype()) != dtype::f32)
     throw nb::type_error(type_error_text(what, "float32").c_str());
   require_contiguous(a, what);
-  require_host_phase(a.device_type(), what);
+  require_host(a.device_type(), a.device_id(), what, kPhaseOnHost);
   return {static_cast<float*>(a.data()), a.size()};
 }
 

@@ -85,8 +85,12 @@ frame_header header_of(const_bytes frame, const call_device& dev);
 //! f32 host arrays for the PowerSGD phases (any shape, C-contiguous).
 std::span<const float> f32_in(const in_array& a, const char* what);
 std::span<float> f32_out(const out_array& a, const char* what);
-//! A PowerSGD phase refuses CUDA memory with a message that says why (host-only API).
-void require_host_phase(int device_type, const char* what);
+//! Refuses an array outside host memory: "<what> is on cuda:N, but <why> (copy it ...)".
+void require_host(int device_type, int device_id, const char* what, const char* why);
+//! The `why` of the PowerSGD phase and state functions (the library's API is host-only).
+inline constexpr const char* kPhaseOnHost =
+    "the PowerSGD phase and state functions run on host memory only (the library has no CUDA "
+    "version of them; the stateless 'powersgd' codec encodes and decodes on CUDA)";
 
 //! `import torch`, or gradcodec.Error(backend_unavailable) saying CUDA arrays need it.
 nb::module_ torch_module();

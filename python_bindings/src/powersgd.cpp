@@ -65,7 +65,7 @@ void register_powersgd(nb::module_& m) {
       [](nb::handle spec, const in_array& grad, const out_array& residual, const in_array& q,
          const out_array& p, std::optional<std::uint64_t> rows) {
         const codec_spec s = powersgd_spec(spec);
-        require_host_phase(grad.device_type(), "grad");
+        require_host(grad.device_type(), grad.device_id(), "grad", kPhaseOnHost);
         exec_options opt{backend::cpu};
         call_device dev;
         const const_tensor_view g = tensor_in(grad, "grad", dev, opt, rows);
@@ -106,7 +106,7 @@ void register_powersgd(nb::module_& m) {
          const out_array& residual, const out_array& out, bool error_feedback,
          std::optional<std::uint64_t> rows) {
         const codec_spec s = powersgd_spec(spec);
-        require_host_phase(out.device_type(), "out");
+        require_host(out.device_type(), out.device_id(), "out", kPhaseOnHost);
         exec_options opt{backend::cpu};
         call_device dev;
         tensor_view o = tensor_out(out, "out", dev, opt);
