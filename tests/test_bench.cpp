@@ -147,6 +147,26 @@ TEST_F(Bench, CpuBackendRowsPerIsaAndNotesInsteadOfFailures) {
   EXPECT_EQ(rows, 8u);
 }
 
+TEST_F(Bench, ErrorFeedbackRowsCountTheFramesTheyWrote) {
+  // The residual carries over between encode_ef runs, so threshold's frames grow (the small
+  // values cross tau once accumulated) while top-k's stay k entries: the encode_ef row's
+  // ratio and bytes model follow the frames actually written.
+  const run_result r =
+      run("bench --sizes 2^13 --codecs threshold:tau=0.002,topk:ratio=0.01 --backend reference "
+          "--repeat 5");
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  std::map<std::string, double> ratio;
+  for (const auto& line : lines_of(r.out)) {
+    const auto w = words_of(line);
+    if (w.size() == 10 && w[1] == "reference") ratio[w[0] + " " + w[4]] = std::stod(w[8]);
+  }
+  const std::string thr = "threshold:tau=0.002 ", topk = "topk:ratio=0.01 ";
+  ASSERT_EQ(ratio.count(thr + "encode_ef"), 1u) << r.out;
+  ASSERT_EQ(ratio.count(topk + "encode_ef"), 1u) << r.out;
+  EXPECT_LT(ratio[thr + "encode_ef"], 0.9 * ratio[thr + "encode"]) << r.out;
+  EXPECT_DOUBLE_EQ(ratio[topk + "encode_ef"], ratio[topk + "encode"]) << r.out;
+}
+
 TEST_F(Bench, BadOptionsAreUsageErrors) {
   for (const std::string args :
        {"bench --sizes 0", "bench --sizes 2^x", "bench --codecs nosuch", "bench --repeat 2",

@@ -37,4 +37,16 @@ std::string json_number(double v);
 //! stream 0 is the data of `gradcodec bench`; bench --allreduce gives rank r stream r + 1.
 void fill_gradient(std::vector<float>& x, std::uint64_t stream = 0);
 
+//! The frame bytes of repeated encodes. Error feedback carries the residual across the
+//! runs, so the frames of data-dependent codecs (threshold) grow from run to run; the bytes
+//! model of encode_ef uses their mean, not the size of a fresh encode.
+struct frame_tally {
+  std::uint64_t total = 0, calls = 0;
+  void add(std::uint64_t bytes) noexcept {
+    total += bytes;
+    ++calls;
+  }
+  [[nodiscard]] std::uint64_t mean() const noexcept { return calls == 0 ? 0 : total / calls; }
+};
+
 }  // namespace gradcodec::tool

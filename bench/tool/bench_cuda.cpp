@@ -151,7 +151,6 @@ void run_codec(run_state& st, gpu_clock& clk, const codec_spec& spec, const std:
   const std::uint64_t kept = h ? h.value().count : n;
   const bool sparse = spec.id == codec_id::topk || spec.id == codec_id::dgc ||
                       spec.id == codec_id::randomk || spec.id == codec_id::threshold;
-  const double ratio = 4.0 * static_cast<double>(n) / static_cast<double>(frame_bytes);
   const tensor_view out_v{out.ptr, n, dtype::f32, rows};
 
   const auto td = clk.time(st.min_runs, [&] {
@@ -165,34 +164,38 @@ void run_codec(run_state& st, gpu_clock& clk, const codec_spec& spec, const std:
     check(cudaMemcpy(decoded.data(), out.ptr, 4 * n, cudaMemcpyDeviceToHost), "result copy");
     err = rel_error(decoded.data(), host_x);
   }
-  const auto finish = [&](bench_op op, const gpu_clock::timing& tm) {
+  const auto finish = [&](bench_op op, const gpu_clock::timing& tm, std::uint64_t bytes_of_frame) {
     if (tm.runs == 0) return noted(op);
     record r = base(op);
     r.median_s = tm.median_s;
     r.runs = tm.runs;
-    r.bytes_per_element = bytes_per_element(spec.id, op, n, frame_bytes, sparse ? kept : n);
-    r.ratio = ratio;
+    r.bytes_per_element = bytes_per_element(spec.id, op, n, bytes_of_frame, sparse ? kept : n);
+    r.ratio = 4.0 * static_cast<double>(n) / static_cast<double>(bytes_of_frame);
     r.rel_error = err;
     st.add(r);
   };
-  finish(bench_op::encode, te);
-  finish(bench_op::decode, td);
+  finish(bench_op::encode, te, frame_bytes);
+  finish(bench_op::decode, td, frame_bytes);
 
   check(cudaMemset(acc.ptr, 0, 4 * n), "cudaMemset");
   const tensor_view acc_v{acc.ptr, n, dtype::f32, rows};
-  finish(bench_op::decode_accumulate, clk.time(st.min_runs, [&] {
+  const auto ta = clk.time(st.min_runs, [&] {
     const status s = decode_accumulate(fr, acc_v, 1.0f, opt);
     if (!s.ok()) failure = s;
     return s.ok();
-  }));
+  });
+  finish(bench_op::decode_accumulate, ta, frame_bytes);
 
   check(cudaMemset(residual.ptr, 0, 4 * n), "cudaMemset");
   const tensor_view res_v{residual.ptr, n, dtype::f32, rows};
-  finish(bench_op::encode_ef, clk.time(st.min_runs, [&] {
+  frame_tally ef_frames;
+  const auto tf = clk.time(st.min_runs, [&] {
     auto w = encode_with_feedback(spec, ctx, in, res_v, {frame.bytes(), frame.size}, opt);
     if (!w) failure = w.error();
+    if (w) ef_frames.add(w.value());
     return w.ok();
-  }));
+  });
+  finish(bench_op::encode_ef, tf, ef_frames.mean());
 }
 
 }  // namespace

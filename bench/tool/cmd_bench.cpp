@@ -353,12 +353,11 @@ void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& 
   const bool sparse = spec.id == codec_id::topk || spec.id == codec_id::dgc ||
                       spec.id == codec_id::randomk || spec.id == codec_id::threshold;
   const std::uint64_t kept = sparse ? h.value().count : n;
-  const double ratio = 4.0 * static_cast<double>(n) / static_cast<double>(frame_bytes);
   const tensor_view out{b.out.data(), n, dtype::f32, rows};
   const tensor_view acc{b.acc.data(), n, dtype::f32, rows};
   const tensor_view residual{b.residual.data(), n, dtype::f32, rows};
 
-  const auto finish = [&](bench_op op, const timing& tm, double err) {
+  const auto finish = [&](bench_op op, const timing& tm, double err, std::uint64_t bytes_of_frame) {
     record r = base(op);
     if (tm.runs == 0) {
       if (failure.code() != status_code::backend_unavailable) ++st.failed;
@@ -366,8 +365,8 @@ void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& 
     } else {
       r.median_s = tm.median_s;
       r.runs = tm.runs;
-      r.bytes_per_element = bytes_per_element(spec.id, op, n, frame_bytes, kept);
-      r.ratio = ratio;
+      r.bytes_per_element = bytes_per_element(spec.id, op, n, bytes_of_frame, kept);
+      r.ratio = 4.0 * static_cast<double>(n) / static_cast<double>(bytes_of_frame);
       r.rel_error = err;
     }
     st.add(r);
@@ -379,8 +378,8 @@ void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& 
     return s.ok();
   });
   const double err = td.runs > 0 ? rel_error(b.out.data(), b.x) : 0.0;
-  finish(bench_op::encode, te, err);
-  finish(bench_op::decode, td, err);
+  finish(bench_op::encode, te, err, frame_bytes);
+  finish(bench_op::decode, td, err, frame_bytes);
 
   std::fill(b.acc.begin(), b.acc.end(), 0.0f);
   const timing ta = time_op(st.min_runs, [&] {
@@ -388,16 +387,18 @@ void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& 
     if (!s.ok()) failure = s;
     return s.ok();
   });
-  finish(bench_op::decode_accumulate, ta, err);
+  finish(bench_op::decode_accumulate, ta, err, frame_bytes);
 
   // The residual starts at zero and carries over between runs, as in training.
   std::fill(b.residual.begin(), b.residual.end(), 0.0f);
+  frame_tally ef_frames;
   const timing tf = time_op(st.min_runs, [&] {
     auto w = encode_with_feedback(spec, ctx, in, residual, b.frame, opt);
     if (!w) failure = w.error();
+    if (w) ef_frames.add(w.value());
     return w.ok();
   });
-  finish(bench_op::encode_ef, tf, err);
+  finish(bench_op::encode_ef, tf, err, ef_frames.mean());
 }
 
 std::vector<backend> backends_from(const parsed_args& args, bool& reference_named) {
@@ -478,7 +479,9 @@ const command_spec bench_spec{
     "thread count, the median time of encode, decode, decode_accumulate and fused\n"
     "error-feedback encode (encode_ef); effective GB/s by the bytes model of\n"
     "docs/performance.md; that as a % of a memcpy measured in the same run; compression\n"
-    "ratio (f32 bytes / frame bytes); relative L2 error of decode.",
+    "ratio (f32 bytes / frame bytes; for encode_ef the mean frame of its runs: the\n"
+    "residual carries over between runs, so threshold's frames grow); relative L2 error\n"
+    "of decode.",
     "Baselines, single-threaded, on the same data: memcpy and a read-only sum (the roofline),\n"
     "std::nth_element and binary-heap (BytePS) top-k at ratio 0.01, and a two-pass min-max\n"
     "4-bit quantizer with buckets of 512 (CGX). Each time is the median of at least --repeat\n"
