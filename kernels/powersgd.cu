@@ -77,7 +77,15 @@ __global__ void q_kernel(matrix_in m, std::uint64_t rows, const float* p, std::u
                          float* q) {
   const std::uint64_t entries = m.cols * r;
   for (std::uint64_t e = thread_index(); e < entries; e += thread_stride())
-    q[e] = blocks::powersgd_q_entry(m, p, e / r, rows, r, static_cast<std::uint32_t>(e % r));
+    q[e] = blocks::canonicalize_nan(
+        blocks::powersgd_q_entry(m, p, e / r, rows, r, static_cast<std::uint32_t>(e % r)));
+}
+
+//! NaNs go on the wire canonical (a GPU's NaN bits are not x86's); P-hat is made canonical
+//! once Q, which reads it, is done.
+__global__ void canonical_kernel(float* a, std::uint64_t n) {
+  for (std::uint64_t k = thread_index(); k < n; k += thread_stride())
+    a[k] = blocks::canonicalize_nan(a[k]);
 }
 
 __global__ void decode_kernel(const float* p, const float* q, std::uint64_t rows,
@@ -139,6 +147,8 @@ status encode_values(const detail::encode_call& c, values_in v) {
   GRADCODEC_CUDA_LAUNCHED("orth_kernel");
   q_kernel<<<grid_for(sh.cols * r, threads), threads, 0, s>>>(m, sh.rows, p, r, q);
   GRADCODEC_CUDA_LAUNCHED("q_kernel");
+  canonical_kernel<<<grid_for(sh.rows * r, threads), threads, 0, s>>>(p, sh.rows * r);
+  GRADCODEC_CUDA_LAUNCHED("powersgd canonical_kernel");
   if (auto st = zero_bytes(c.payload, l.p_bytes, l.q_offset, c.stream); !st.ok()) return st;
   if (auto st = zero_bytes(c.payload, l.q_offset + l.q_bytes, l.total, c.stream); !st.ok())
     return st;

@@ -67,13 +67,16 @@ status powersgd_encode(const detail::encode_call& c) {
   if (auto st = powersgd_orthogonalize({p, rows * r}, rows, r, c.spec.eps); !st.ok()) return st;
 
   std::fill(c.payload, c.payload + l.total, std::byte{0});
-  for (std::uint64_t e = 0; e < rows * r; ++e) put<float>(c.payload + l.p_offset + 4 * e, p[e]);
+  // NaNs go on the wire canonical: their bits from the arithmetic differ between x86 and
+  // GPUs (and with operand order), the values do not.
+  for (std::uint64_t e = 0; e < rows * r; ++e)
+    put<float>(c.payload + l.p_offset + 4 * e, detail::canonical_nan(p[e]));
   // Q = M^T P-hat.
   for (std::uint64_t j = 0; j < cols; ++j) {
     for (std::uint32_t k = 0; k < r; ++k) {
       const float qv = canonical_sum(
           rows, [&](std::uint64_t i) { return load(c.in, i * cols + j) * p[i * r + k]; });
-      put<float>(c.payload + l.q_offset + 4 * (j * r + k), qv);
+      put<float>(c.payload + l.q_offset + 4 * (j * r + k), detail::canonical_nan(qv));
     }
   }
   c.hdr.count = rows;

@@ -526,6 +526,20 @@ TEST(PowerSgdCodec, NonFiniteInputMakesTheWholeMatrixNonFinite) {
     const auto frame = encode_ok(s, {}, gc::view(m, rows));
     EXPECT_NE(gc::peek(frame).value().flags & gc::flag_nonfinite, 0);
     for (float x : decode_ok(frame, m.size())) ASSERT_TRUE(std::isnan(x));
+    // Every NaN of the payload (P-hat, Q) is the canonical one: a NaN's bits from the
+    // arithmetic would differ between x86 and a GPU. (P-hat's first column keeps the zeros
+    // of finite/Inf.)
+    const auto h = gc::peek(frame).value();
+    int nans = 0;
+    for (std::uint64_t at = frame.size() - h.payload_bytes; at + 4 <= frame.size(); at += 4) {
+      std::uint32_t w;
+      std::memcpy(&w, frame.data() + at, 4);
+      if ((w & 0x7F800000u) == 0x7F800000u && (w & 0x007FFFFFu) != 0) {
+        ++nans;
+        ASSERT_EQ(w, 0x7FC00000u) << "payload byte " << at;
+      }
+    }
+    EXPECT_GT(nans, 0);
     // Dense frames keep the value where it was.
     auto v = uniform(50, 1);
     v[9] = bad;

@@ -819,7 +819,10 @@ struct psgd_q_out_codec {
                                         vf16 v) const {
     alignas(64) float t[16];
     vstore(t, v);
-    for (unsigned l = 0; l < cnt; ++l) std::memcpy(q + 4 * ((j + l) * r + c), &t[l], 4);
+    for (unsigned l = 0; l < cnt; ++l) {
+      const float x = blocks::canonicalize_nan(t[l]);  // NaNs go on the wire canonical
+      std::memcpy(q + 4 * ((j + l) * r + c), &x, 4);
+    }
     psgd_store(qt + c * ld + j, v, cnt);
   }
 };
@@ -865,7 +868,10 @@ inline status psgd_encode_compressed(const detail::encode_call& c, const psgd_sh
 
   std::byte* pay = c.payload;
   for (std::uint64_t i = 0; i < s.rows; ++i)
-    for (std::uint32_t k = 0; k < s.r; ++k) std::memcpy(pay + 4 * (i * s.r + k), &ptm.at(i, k), 4);
+    for (std::uint32_t k = 0; k < s.r; ++k) {
+      const float x = blocks::canonicalize_nan(ptm.at(i, k));  // NaNs go on the wire canonical
+      std::memcpy(pay + 4 * (i * s.r + k), &x, 4);
+    }
   std::memset(pay + l.p_bytes, 0, l.q_offset - l.p_bytes);
   std::memset(pay + l.q_offset + l.q_bytes, 0, l.total - l.q_offset - l.q_bytes);
   psgd_codec_q(src, ptm, s, scratch, psgd_q_out_codec{pay + l.q_offset, s.r, qt, w.ld}, c.threads);
