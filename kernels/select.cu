@@ -27,7 +27,7 @@ __global__ void rule_init_kernel(select_rule* rule, float tau, std::uint64_t m) 
 
 //! Histogram of the participants still in the running; notes non-finite values.
 __global__ void hist_kernel(values_in v, std::uint64_t n, int pass, const select_rule* rule,
-                            std::uint32_t* hist, status_words* st) {
+                            unsigned long long* hist, status_words* st) {
   __shared__ std::uint32_t local[blocks::radix_max_bins];
   const select_rule r = *rule;
   if (r.skip != 0) return;
@@ -45,10 +45,10 @@ __global__ void hist_kernel(values_in v, std::uint64_t n, int pass, const select
   if (bad && st != nullptr) atomicOr(&st->nonfinite, 1u);
   __syncthreads();
   for (std::uint32_t b = threadIdx.x; b < bins; b += blockDim.x)
-    if (local[b] != 0) atomicAdd(&hist[b], local[b]);
+    if (local[b] != 0) atomicAdd(&hist[b], static_cast<unsigned long long>(local[b]));
 }
 
-__global__ void descend_kernel(select_rule* rule, const std::uint32_t* hist, int pass) {
+__global__ void descend_kernel(select_rule* rule, const unsigned long long* hist, int pass) {
   if (rule->skip == 0) rule->state.descend(hist, pass);
 }
 
@@ -206,7 +206,7 @@ __global__ void scatter_kernel(sparse_in s, std::uint64_t k, decode_target out) 
 
 std::size_t select_space::bytes(std::uint64_t n, std::uint64_t extra_floats) {
   const std::uint64_t t = tiles_of(n);
-  return 2 * 64 + blocks::radix_max_bins * 4 + 4 * 8 + t * (8 + 8 + 4 + 4) + 64 + extra_floats * 4;
+  return 2 * 64 + blocks::radix_max_bins * 8 + 4 * 8 + t * (8 + 8 + 4 + 4) + 64 + extra_floats * 4;
 }
 
 select_space select_space::carve(mutable_bytes ws, std::uint64_t n) {
@@ -216,8 +216,8 @@ select_space select_space::carve(mutable_bytes ws, std::uint64_t n) {
   s.rule = reinterpret_cast<select_rule*>(at);
   s.sample_rule = reinterpret_cast<select_rule*>(at + 64);
   at += 2 * 64;
-  s.hist = reinterpret_cast<std::uint32_t*>(at);
-  at += blocks::radix_max_bins * 4;
+  s.hist = reinterpret_cast<unsigned long long*>(at);
+  at += blocks::radix_max_bins * 8;
   s.counts = reinterpret_cast<std::uint64_t*>(at);
   at += 4 * 8;
   s.above_before = reinterpret_cast<std::uint64_t*>(at);
@@ -243,7 +243,7 @@ status select_radix(const select_space& sp, select_rule* rule, values_in v, std:
                     status_words* st, void* stream) {
   const cudaStream_t s = stream_of(stream);
   for (int pass = 0; pass < blocks::radix_pass_count; ++pass) {
-    GRADCODEC_CUDA_TRY(cudaMemsetAsync(sp.hist, 0, blocks::radix_max_bins * 4, s));
+    GRADCODEC_CUDA_TRY(cudaMemsetAsync(sp.hist, 0, blocks::radix_max_bins * 8, s));
     hist_kernel<<<grid_for(n, hist_threads), hist_threads, 0, s>>>(v, n, pass, rule, sp.hist,
                                                                    pass == 0 ? st : nullptr);
     GRADCODEC_CUDA_LAUNCHED("hist_kernel");

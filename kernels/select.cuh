@@ -67,8 +67,8 @@ inline sparse_in sparse_in_of(const std::byte* payload, const blocks::sparse_lay
 struct select_space {
   select_rule* rule;
   select_rule* sample_rule;
-  std::uint32_t* hist;
-  std::uint64_t* counts;  //!< [4]
+  unsigned long long* hist;  //!< 64-bit: one bin may hold 2^32 keys or more
+  std::uint64_t* counts;     //!< [4]
   std::uint32_t* tile_above;
   std::uint32_t* tile_equal;
   std::uint64_t* above_before;

@@ -34,8 +34,10 @@ struct radix_state {
     return (key >> radix_shift(pass)) & (radix_bins(pass) - 1u);
   }
   //! Given the histogram of the matching keys in `pass`, fixes that pass's bits of T: the
-  //! highest bin where the count from the top reaches `remaining`.
-  GRADCODEC_HD void descend(const std::uint32_t* hist, int pass) {
+  //! highest bin where the count from the top reaches `remaining`. Counts of any unsigned
+  //! type: 32 bits hold a bin of fewer than 2^32 keys, a device-wide histogram needs 64.
+  template <class Count>
+  GRADCODEC_HD void descend(const Count* hist, int pass) {
     std::uint64_t above = 0;
     for (std::uint32_t b = radix_bins(pass); b-- > 0;) {
       if (above + hist[b] >= remaining) {
