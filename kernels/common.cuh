@@ -34,8 +34,14 @@ status cuda_error(cudaError_t e, const char* what);
     if (gradcodec_e_ != cudaSuccess) return ::gradcodec::cuda::cuda_error(gradcodec_e_, #call); \
   } while (0)
 
-//! Launch errors (bad configuration, no kernel image for this GPU) show up here.
-#define GRADCODEC_CUDA_LAUNCHED(what) GRADCODEC_CUDA_TRY(cudaPeekAtLastError())
+//! Launch errors (bad configuration, no kernel image for this GPU) show up here, named by
+//! the kernel. cudaGetLastError clears a non-sticky error once reported, so one failed
+//! launch does not fail every later call on this thread.
+#define GRADCODEC_CUDA_LAUNCHED(what)                                                          \
+  do {                                                                                         \
+    const cudaError_t gradcodec_e_ = cudaGetLastError();                                       \
+    if (gradcodec_e_ != cudaSuccess) return ::gradcodec::cuda::cuda_error(gradcodec_e_, what); \
+  } while (0)
 
 // Element access in any dtype: the library's one definition (src/scalar_values.hpp).
 using detail::load_value;

@@ -16,15 +16,23 @@ bool device_present() noexcept {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-bool owns(const void* p) noexcept {
-  if (p == nullptr) return false;
+//! The CUDA memory type of p (unregistered host memory for anything CUDA does not know).
+cudaMemoryType memory_type(const void* p) noexcept {
+  if (p == nullptr) return cudaMemoryTypeUnregistered;
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     (void)cudaGetLastError();  // not a CUDA pointer: clear the sticky-free error state
-    return false;
+    return cudaMemoryTypeUnregistered;
   }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  return a.type;
 }
+
+bool owns(const void* p) noexcept {
+  const cudaMemoryType t = memory_type(p);
+  return t == cudaMemoryTypeDevice || t == cudaMemoryTypeManaged;
+}
+
+bool device_only(const void* p) noexcept { return memory_type(p) == cudaMemoryTypeDevice; }
 
 //! One small device-to-host copy and a wait on the caller's stream: the front end checks
 //! the header on the host before it launches anything.
@@ -38,7 +46,7 @@ result<frame_header> read_header(const_bytes frame, void* stream) noexcept {
   return peek({host, len});
 }
 
-const device_access access{owns, read_header};
+const device_access access{owns, device_only, read_header};
 
 constexpr codec_ops bucketed{cuda::bucketed_workspace, cuda::bucketed_encode, cuda::bucketed_decode,
                              cuda::bucketed_encode_feedback};

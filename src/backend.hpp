@@ -66,6 +66,8 @@ struct codec_ops {
 struct device_access {
   //! Whether `p` points to memory this backend works on (for backend::automatic).
   bool (*owns)(const void* p) noexcept;
+  //! Whether `p` is device memory the host cannot dereference (managed memory it can).
+  bool (*device_only)(const void* p) noexcept;
   //! Reads and checks a frame's header (gradcodec::peek on a copy of its first bytes).
   result<frame_header> (*read_header)(const_bytes frame, void* stream) noexcept;
 };

@@ -110,9 +110,21 @@ bool any_nonfinite(const_tensor_view v) {
 }
 
 //! A device backend works on device memory only: every buffer of the call must be some.
+//! A host backend dereferences every buffer: none may be device-only memory (automatic
+//! picks by one pointer, so a host input with a device output would otherwise reach here).
 status check_device_buffers(const picked_ops& p,
                             std::initializer_list<std::pair<const void*, const char*>> buffers) {
-  if (p.device == nullptr) return {};
+  if (p.device == nullptr) {
+    const backend_table* g = detail::cuda_backend();
+    if (g == nullptr || g->device == nullptr) return {};
+    for (const auto& [ptr, what] : buffers)
+      if (ptr != nullptr && g->device->device_only(ptr))
+        return invalid(std::string("a host backend got device memory: the ")
+                           .append(what)
+                           .append(" is on a GPU while the call runs on the host (pass "
+                                   "backend::cuda with every buffer on the device)"));
+    return {};
+  }
   for (const auto& [ptr, what] : buffers)
     if (ptr != nullptr && !p.device->owns(ptr))
       return invalid(std::string("backend cuda: the ")
@@ -345,8 +357,9 @@ result<std::size_t> encode(const codec_spec& spec, const context& ctx, const_ten
   auto picked = pick(opt.where, spec.id, in.data);
   if (!picked) return picked.error();
   const codec_ops& ops = *picked.value().ops;
-  if (auto st =
-          check_device_buffers(picked.value(), {{in.data, "input"}, {out.data(), "output buffer"}});
+  if (auto st = check_device_buffers(
+          picked.value(),
+          {{in.data, "input"}, {out.data(), "output buffer"}, {opt.workspace.data(), "workspace"}});
       !st.ok())
     return st;
   if (auto st = check_nonfinite_policy(spec, picked.value(), in, "input"); !st.ok()) return st;
@@ -393,7 +406,10 @@ status decode_common(const_bytes frame, tensor_view out, float alpha, bool accum
   auto picked = pick(opt.where, h.codec, frame.data());
   if (!picked) return picked.error();
   const codec_ops& ops = *picked.value().ops;
-  if (auto st = check_device_buffers(picked.value(), {{out.data, "output"}}); !st.ok()) return st;
+  if (auto st = check_device_buffers(picked.value(),
+                                     {{out.data, "output"}, {opt.workspace.data(), "workspace"}});
+      !st.ok())
+    return st;
   const codec_spec spec = spec_of(h);
   const operation op = accumulate ? operation::decode_accumulate : operation::decode;
   if (auto st = check_workspace(need_workspace(ops, spec, out, op), opt); !st.ok()) return st;
@@ -432,9 +448,10 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
   auto picked = pick(opt.where, spec.id, grad.data);
   if (!picked) return picked.error();
   const codec_ops& ops = *picked.value().ops;
-  if (auto st = check_device_buffers(
-          picked.value(),
-          {{grad.data, "gradient"}, {residual.data, "residual"}, {out.data(), "output buffer"}});
+  if (auto st = check_device_buffers(picked.value(), {{grad.data, "gradient"},
+                                                      {residual.data, "residual"},
+                                                      {out.data(), "output buffer"},
+                                                      {opt.workspace.data(), "workspace"}});
       !st.ok())
     return st;
   if (auto st = check_nonfinite_policy(spec, picked.value(), grad, "input"); !st.ok()) return st;

@@ -176,14 +176,18 @@ void check_case(const char* text, gc::dtype type, std::size_t n) {
   // fused error feedback: frame and residual
   tensor res_want(gaussian(n, n + 9, 0.01f), type, x.rows);
   device_bytes d_res(res_want.bytes);
-  std::vector<std::byte> ef_ws_host(
-      gc::workspace_size(spec, x.cview(), gc::operation::encode_with_feedback).value());
+  // Sized for the reference itself: it has no fused feedback, so its generic composition
+  // needs more than the CPU backend that an automatic query would pick.
   gc::exec_options ref;
   ref.where = gc::backend::reference;
+  const auto ef_ws_size =
+      gc::workspace_size(spec, x.cview(), gc::operation::encode_with_feedback, ref);
+  ASSERT_TRUE(ef_ws_size) << ef_ws_size.error().message();
+  std::vector<std::byte> ef_ws_host(ef_ws_size.value());
   ref.workspace = ef_ws_host;
   std::vector<std::byte> ef_want(bound);
   auto ef_size = gc::encode_with_feedback(spec, ctx, x.cview(), res_want.mview(), ef_want, ref);
-  ASSERT_TRUE(ef_size);
+  ASSERT_TRUE(ef_size) << ef_size.error().message();
   ws_size = workspace_for(spec, x, gc::operation::encode_with_feedback);
   device_bytes d_efws(ws_size);
   device_bytes d_ef(bound);
@@ -304,6 +308,23 @@ TEST(CudaBackend, BadCallsAreRefusedWithoutWriting) {
   r = gc::encode(spec, {}, x.cview(), host_frame, on_cuda(d_ws.ptr, ws));
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code(), gc::status_code::invalid_argument);
+  // a host workspace on the CUDA backend (bucketed feedback would write p into it)
+  std::vector<std::byte> host_ws(std::max<std::size_t>(ws, 64) + 4 * x.n + 4096);
+  device_bytes d_res(std::vector<std::byte>(4 * x.n, std::byte{0}));
+  r = gc::encode_with_feedback(spec, {}, dx, {d_res.ptr, x.n, gc::dtype::f32, 0},
+                               {d_frame.ptr, bound}, on_cuda(host_ws.data(), host_ws.size()));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), gc::status_code::invalid_argument);
+  EXPECT_NE(std::string(r.error().message()).find("workspace"), std::string::npos)
+      << r.error().message();
+  // automatic with a host input and a device output: the host backend would write into
+  // device memory, so the call is refused (the backend follows the input pointer)
+  gc::exec_options automatic;
+  r = gc::encode(spec, {}, x.cview(), {d_frame.ptr, bound}, automatic);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code(), gc::status_code::invalid_argument);
+  EXPECT_NE(std::string(r.error().message()).find("output buffer"), std::string::npos)
+      << r.error().message();
   // one byte short
   r = gc::encode(spec, {}, dx, {d_frame.ptr, bound - 1}, on_cuda(d_ws.ptr, ws));
   ASSERT_FALSE(r);
@@ -319,6 +340,11 @@ TEST(CudaBackend, BadCallsAreRefusedWithoutWriting) {
   const auto st = gc::decode({d_bad.ptr, frame.size()}, {d_out.ptr, x.n, gc::dtype::f32, 0},
                              on_cuda(d_ws.ptr, ws));
   EXPECT_EQ(st.code(), gc::status_code::corrupt_frame);
+  for (auto b : d_out.read(x.bytes.size())) ASSERT_EQ(b, std::byte{0xA5});
+  // a host frame decoded into device memory under automatic: refused, nothing written
+  const auto good = encode_vec(spec, {}, x.cview()).value();
+  const auto st_mixed = gc::decode(good, {d_out.ptr, x.n, gc::dtype::f32, 0}, gc::exec_options{});
+  EXPECT_EQ(st_mixed.code(), gc::status_code::invalid_argument) << st_mixed.message();
   for (auto b : d_out.read(x.bytes.size())) ASSERT_EQ(b, std::byte{0xA5});
 
   // a top-k payload whose indices are out of order: refused before anything is written
