@@ -37,6 +37,10 @@ std::string json_number(double v);
 //! stream 0 is the data of `gradcodec bench`; bench --allreduce gives rank r stream r + 1.
 void fill_gradient(std::vector<float>& x, std::uint64_t stream = 0);
 
+//! PowerSGD's matrix in both benchmarks: rows = the largest divisor of n not above sqrt(n)
+//! (a near-square matrix).
+std::uint64_t matrix_rows(std::uint64_t n);
+
 //! The frame bytes of repeated encodes. Error feedback carries the residual across the
 //! runs, so the frames of data-dependent codecs (threshold) grow from run to run; the bytes
 //! model of encode_ef uses their mean, not the size of a fresh encode.

@@ -266,13 +266,6 @@ void run_baselines(run_state& st, buffers& b) {
   st.add(mm);
 }
 
-//! rows for PowerSGD: the largest divisor of n not above sqrt(n) (a near-square matrix).
-std::uint64_t matrix_rows(std::uint64_t n) {
-  auto r = static_cast<std::uint64_t>(std::sqrt(static_cast<double>(n)));
-  while (r > 1 && n % r != 0) --r;
-  return std::max<std::uint64_t>(r, 1);
-}
-
 std::string note_of(const status& s, const target& t) {
   if (s.code() == status_code::backend_unavailable)
     return "not implemented on backend " + std::string(backend_name(t.where));
