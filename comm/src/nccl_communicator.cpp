@@ -58,13 +58,15 @@ status nccl_communicator::create(ncclComm_t comm, cudaStream_t stream, bool owne
   out.reset();
   if (comm == nullptr)
     return {status_code::invalid_argument, "nccl_communicator: null communicator"};
-  std::unique_ptr<nccl_communicator> c(new nccl_communicator(comm, stream, owned));
+  // Not owned until every check passed: a failed create leaves comm to the caller.
+  std::unique_ptr<nccl_communicator> c(new nccl_communicator(comm, stream, false));
   if (ncclResult_t r = ncclCommUserRank(comm, &c->rank_); r != ncclSuccess)
     return c->nccl_failed(r, "ncclCommUserRank");
   if (ncclResult_t r = ncclCommCount(comm, &c->size_); r != ncclSuccess)
     return c->nccl_failed(r, "ncclCommCount");
   if (cudaError_t e = cudaMalloc(&c->scratch_, 4); e != cudaSuccess)
     return cuda_failed(e, "cudaMalloc");
+  c->owned_ = owned;
   out = std::move(c);
   return {};
 }
@@ -73,9 +75,10 @@ nccl_communicator::nccl_communicator(ncclComm_t comm, cudaStream_t stream, bool 
     : comm_(comm), stream_(stream), owned_(owned) {}
 
 nccl_communicator::~nccl_communicator() {
-  // Outstanding work may still read or write the caller's buffers: let it finish.
+  // Outstanding work may still read or write the caller's buffers: let it finish (unless
+  // the communicator failed: a borrowed one is not aborted, its kernels may never end).
   for (auto& p : pending_) {
-    (void)cudaEventSynchronize(p.second);
+    if (broken_.ok()) (void)cudaEventSynchronize(p.second);
     (void)cudaEventDestroy(p.second);
   }
   for (cudaEvent_t e : spare_) (void)cudaEventDestroy(e);
@@ -105,6 +108,8 @@ status nccl_communicator::track(request& req) {
 status nccl_communicator::iallgather(const void* send, std::uint64_t send_bytes, void* recv,
                                      request& req) {
   req = request{};
+  if (!broken_.ok()) return broken_;
+  if (send_bytes == 0) return track(req);  // nothing to move: NCCL is not asked
   if (ncclResult_t r = ncclAllGather(send, recv, send_bytes, ncclUint8, comm_, stream_);
       r != ncclSuccess)
     return nccl_failed(r, "ncclAllGather");
@@ -114,6 +119,7 @@ status nccl_communicator::iallgather(const void* send, std::uint64_t send_bytes,
 status nccl_communicator::iallgatherv(const void* send, std::uint64_t send_bytes, void* recv,
                                       std::span<const std::uint64_t> recv_bytes, request& req) {
   req = request{};
+  if (!broken_.ok()) return broken_;
   if (auto st = check_allgatherv(send_bytes, recv_bytes); !st.ok()) return st;
   if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return nccl_failed(r, "ncclGroupStart");
   std::uint64_t off = 0;
@@ -135,6 +141,7 @@ status nccl_communicator::ialltoallv(const void* send, std::span<const std::uint
                                      void* recv, std::span<const std::uint64_t> recv_bytes,
                                      request& req) {
   req = request{};
+  if (!broken_.ok()) return broken_;
   const auto w = static_cast<std::size_t>(size_);
   if (send_bytes.size() != w || recv_bytes.size() != w)
     return {status_code::invalid_argument, "alltoallv: size spans need one entry per rank"};
@@ -175,6 +182,8 @@ status nccl_communicator::ialltoallv(const void* send, std::span<const std::uint
 status nccl_communicator::iallreduce(const void* send, void* recv, std::uint64_t count,
                                      element_type type, reduce_op op, request& req) {
   req = request{};
+  if (!broken_.ok()) return broken_;
+  if (count == 0) return track(req);
   if (ncclResult_t r =
           ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_);
       r != ncclSuccess)
@@ -184,8 +193,10 @@ status nccl_communicator::iallreduce(const void* send, void* recv, std::uint64_t
 
 status nccl_communicator::ibroadcast(void* buf, std::uint64_t bytes, int root, request& req) {
   req = request{};
+  if (!broken_.ok()) return broken_;
   if (root < 0 || root >= size_)
     return {status_code::invalid_argument, "broadcast: root out of range"};
+  if (bytes == 0) return track(req);
   if (ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_);
       r != ncclSuccess)
     return nccl_failed(r, "ncclBroadcast");
@@ -202,6 +213,10 @@ status nccl_communicator::wait(request& req) {
     return {status_code::invalid_argument, "wait: unknown or completed request"};
   const cudaEvent_t ev = it->second;
   pending_.erase(it);
+  if (!broken_.ok()) {  // its work may never complete: the event is not reused
+    (void)cudaEventDestroy(ev);
+    return broken_;
+  }
   status result;
   // Poll rather than block: a peer that died leaves the kernel spinning, and only the
   // asynchronous error (then an abort) gets this rank out.
@@ -218,11 +233,16 @@ status nccl_communicator::wait(request& req) {
       break;
     }
     if (async != ncclSuccess && async != ncclInProgress) {
-      result = nccl_failed(async, "NCCL asynchronous error");
-      (void)ncclCommAbort(comm_);
-      comm_ = nullptr;  // aborted: every later call fails
-      owned_ = false;
-      break;
+      // Every later call returns this error. An owned communicator is aborted here (its
+      // kernels end); a borrowed one belongs to the caller, who must ncclCommAbort it.
+      broken_ = nccl_failed(async, "NCCL asynchronous error");
+      if (owned_) {
+        (void)ncclCommAbort(comm_);
+        comm_ = nullptr;
+        owned_ = false;
+      }
+      (void)cudaEventDestroy(ev);
+      return broken_;
     }
     std::this_thread::yield();
   }
@@ -239,6 +259,7 @@ status nccl_communicator::barrier() {
 
 status nccl_communicator::split(int color, int key, std::unique_ptr<communicator>& out) {
   out.reset();
+  if (!broken_.ok()) return broken_;
   ncclComm_t sub = nullptr;
   if (ncclResult_t r =
           ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr);

@@ -31,6 +31,49 @@ status check(bool ok, const char* what) {
   return ok ? status{} : status{status_code::internal_error, what};
 }
 
+//! Requests outstanding together, waited in reverse order; a request waited twice; zero
+//! bytes everywhere.
+status exercise_requests(gcc::nccl_communicator& c) {
+  const int w = c.size();
+  std::int64_t* d = nullptr;
+  if (cudaMalloc(&d, 3 * sizeof(std::int64_t)) != cudaSuccess)
+    return {status_code::device_error, "cudaMalloc"};
+  const std::int64_t init[3] = {c.rank() + 1, 10, 100};
+  cudaMemcpy(d, init, sizeof init, cudaMemcpyHostToDevice);
+  gcc::request reqs[3];
+  status st;
+  for (int i = 0; i < 3 && st.ok(); ++i)
+    st = c.iallreduce(d + i, d + i, 1, gcc::element_type::i64, gcc::reduce_op::sum, reqs[i]);
+  const gcc::request again = reqs[0];
+  for (int i = 2; i >= 0; --i) {
+    const status wi = c.wait(reqs[i]);
+    if (st.ok()) st = wi;
+  }
+  std::int64_t got[3] = {};
+  cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost);
+  if (st.ok())
+    st = check(got[0] == static_cast<std::int64_t>(w) * (w + 1) / 2 && got[1] == 10 * w &&
+                   got[2] == 100 * w,
+               "outstanding allreduces");
+  if (st.ok()) {
+    gcc::request copy = again;
+    st = check(c.wait(copy).code() == status_code::invalid_argument, "request waited twice");
+  }
+  // Zero bytes: every call completes and moves nothing.
+  const std::vector<std::uint64_t> zeros(static_cast<std::size_t>(w), 0);
+  if (st.ok()) st = c.allgatherv(d, 0, d, zeros);
+  if (st.ok()) st = c.alltoallv(d, zeros, d, zeros);
+  if (st.ok()) st = c.allgather(d, 0, d);
+  if (st.ok()) st = c.allreduce(d, d, 0, gcc::element_type::f32, gcc::reduce_op::sum);
+  if (st.ok()) st = c.broadcast(d, 0, 0);
+  if (st.ok()) {
+    cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost);
+    st = check(got[0] == static_cast<std::int64_t>(w) * (w + 1) / 2, "zero-byte calls wrote");
+  }
+  cudaFree(d);
+  return st;
+}
+
 //! The collectives on device buffers, from one rank.
 status exercise(gcc::nccl_communicator& c) {
   const int w = c.size(), me = c.rank();
@@ -93,6 +136,7 @@ status exercise(gcc::nccl_communicator& c) {
     if (st.ok()) st = check(got == 0xABCDu, "broadcast");
   }
   if (st.ok()) st = c.barrier();
+  if (st.ok()) st = exercise_requests(c);
   // The host-memory strategy layer refuses a device communicator, on every rank alike.
   if (st.ok()) {
     gcc::allreduce_config cfg;
@@ -127,6 +171,16 @@ TEST(NcclCommunicator, CollectivesOnEveryLocalDevice) {
         EXPECT_EQ(c->memory(), gcc::memory_space::device);
         st = exercise(*c);
       }
+      // split: one color gives a communicator of every rank that works on its own;
+      // a negative color joins none.
+      std::unique_ptr<gcc::communicator> child;
+      if (st.ok()) st = c->split(0, -d, child);
+      if (st.ok()) st = check(child != nullptr && child->size() == ndev, "split(0)");
+      if (st.ok()) st = check(child->rank() == ndev - 1 - d, "split key orders the ranks");
+      if (st.ok()) st = exercise(dynamic_cast<gcc::nccl_communicator&>(*child));
+      child.reset();
+      if (st.ok()) st = c->split(-1, 0, child);
+      if (st.ok()) st = check(child == nullptr, "split(-1) joins none");
       c.reset();
       cudaStreamDestroy(stream);
       results[static_cast<std::size_t>(d)] = st;

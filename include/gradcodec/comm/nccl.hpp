@@ -7,6 +7,11 @@
 //! broadcasts, alltoallv a group of send/recv pairs (the rank's own block is a device
 //! copy). The strategy layer of allreduce.hpp runs on host memory and refuses this
 //! communicator; use it directly for device-side collectives.
+//!
+//! Limits: blocking NCCL communicators only (the default config; a non-blocking one
+//! returns ncclInProgress, which is reported as an error). A peer that dies without NCCL
+//! noticing (single-node shared-memory and P2P transports may not) still leaves wait()
+//! polling: there is no timeout.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -22,7 +27,9 @@ namespace gradcodec::comm {
 class nccl_communicator final : public communicator {
  public:
   //! Wraps `comm` and issues every call on `stream`. With `owned`, the destructor
-  //! destroys comm. The current CUDA device must be comm's device.
+  //! destroys comm (a failed create leaves it to the caller). The current CUDA device must
+  //! be comm's device. After an asynchronous NCCL error every call returns that error; an
+  //! owned comm is aborted at once, a borrowed one is left for the caller to abort.
   static status create(ncclComm_t comm, cudaStream_t stream, bool owned,
                        std::unique_ptr<nccl_communicator>& out);
   ~nccl_communicator() override;
@@ -56,6 +63,7 @@ class nccl_communicator final : public communicator {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   bool owned_ = false;
+  status broken_{};  // the asynchronous error that ended this communicator, if any
   int rank_ = 0, size_ = 1;
   void* scratch_ = nullptr;  // 4 device bytes for barrier()
   std::uint64_t next_id_ = 1;
