@@ -21,4 +21,7 @@ GRADCODEC_CUDA_CODEC(dgc)
 GRADCODEC_CUDA_CODEC(powersgd)
 #undef GRADCODEC_CUDA_CODEC
 
+//! The PowerSGD phase API on the GPU (kernels/powersgd.cu).
+extern const detail::device_powersgd_phases powersgd_phases;
+
 }  // namespace gradcodec::cuda

@@ -157,7 +157,95 @@ status encode_values(const detail::encode_call& c, values_in v) {
   return finish_frame(c.hdr, c.payload, c.workspace, c.stream);
 }
 
+// ---- The phase API (include/gradcodec/powersgd.hpp; src/powersgd.cpp checks arguments) --
+// The same operations as the host kernels (src/powersgd.cpp), one f32 rounding each, with
+// x86's NaN rule wherever an x86 add, subtraction or division of the host code meets a
+// NaN operand; NaNs the products create differ in their bits from the host's.
+
+//! residual[k] = residual[k] + grad[k].
+__global__ void sum_kernel(values_in g, std::uint64_t n, float* e) {
+  for (std::uint64_t k = thread_index(); k < n; k += thread_stride())
+    e[k] = blocks::fadd_nan_first(e[k], g(k));
+}
+
+//! q[k] = q[k] / w (w >= 1: only a NaN q gives a NaN).
+__global__ void divide_kernel(float* q, std::uint64_t n, float w) {
+  for (std::uint64_t k = thread_index(); k < n; k += thread_stride())
+    q[k] = blocks::is_nan(q[k]) ? blocks::quiet(q[k]) : blocks::fdiv(q[k], w);
+}
+
+//! out = P Q^T in out's dtype; residual = M - out (f32, before the dtype rounding) or +0.
+__global__ void finish_kernel(const float* p, const float* q, std::uint64_t rows,
+                              std::uint64_t cols, std::uint32_t r, bool ef, float* residual,
+                              void* out, dtype out_type) {
+  const std::uint64_t n = rows * cols;
+  for (std::uint64_t k = thread_index(); k < n; k += thread_stride()) {
+    const float o = blocks::powersgd_out_entry(p, q, k / cols, k % cols, r);
+    residual[k] = ef ? blocks::fsub_nan_first(residual[k], o) : 0.0f;
+    store_value(out, out_type, k, o);
+  }
+}
+
+status phase_orthogonalize(float* a, std::uint64_t rows, std::uint32_t r, float eps, void* stream) {
+  if (rows == 0 || r == 0) return {};
+  orth_kernel<<<1, 32, 0, stream_of(stream)>>>(a, rows, r, eps);
+  GRADCODEC_CUDA_LAUNCHED("powersgd orth_kernel");
+  return {};
+}
+
+status phase_init_q(std::uint64_t seed, std::uint64_t tensor_id, std::uint64_t cols,
+                    std::uint32_t r, float eps, float* q, void* stream) {
+  if (cols * r == 0) return {};
+  const auto rng = blocks::counter_rng::make(seed, 0, tensor_id);
+  init_q_kernel<<<grid_for(cols * r, threads), threads, 0, stream_of(stream)>>>(rng, cols * r, q);
+  GRADCODEC_CUDA_LAUNCHED("powersgd init_q_kernel");
+  return phase_orthogonalize(q, cols, r, eps, stream);
+}
+
+status phase_compute_p(const_tensor_view grad, float* residual, const float* q, float* p,
+                       std::uint64_t rows, std::uint64_t cols, std::uint32_t r, void* stream) {
+  const cudaStream_t s = stream_of(stream);
+  if (grad.n == 0) return {};
+  sum_kernel<<<grid_for(grad.n, threads), threads, 0, s>>>({grad.data, grad.type}, grad.n,
+                                                           residual);
+  GRADCODEC_CUDA_LAUNCHED("powersgd sum_kernel");
+  if (r == 0) return {};
+  p_kernel<<<grid_for(rows * 32, threads), threads, 0, s>>>(matrix_in{{residual, dtype::f32}, cols},
+                                                            rows, q, r, p);
+  GRADCODEC_CUDA_LAUNCHED("powersgd p_kernel");
+  return {};
+}
+
+status phase_compute_q(float* p, const float* m, std::uint64_t rows, std::uint64_t cols,
+                       std::uint32_t r, float eps, float* q, void* stream) {
+  if (rows * cols == 0 || r == 0) return {};
+  if (auto st = phase_orthogonalize(p, rows, r, eps, stream); !st.ok()) return st;
+  q_kernel<<<grid_for(cols * r, threads), threads, 0, stream_of(stream)>>>(
+      matrix_in{{m, dtype::f32}, cols}, rows, p, r, q);
+  GRADCODEC_CUDA_LAUNCHED("powersgd q_kernel");
+  return {};
+}
+
+status phase_finish(const float* p, float* q, std::uint64_t rows, std::uint64_t cols,
+                    std::uint32_t r, int world, bool ef, float* residual, tensor_view out,
+                    void* stream) {
+  const cudaStream_t s = stream_of(stream);
+  if (cols * r > 0) {
+    divide_kernel<<<grid_for(cols * r, threads), threads, 0, s>>>(q, cols * r,
+                                                                  static_cast<float>(world));
+    GRADCODEC_CUDA_LAUNCHED("powersgd divide_kernel");
+  }
+  if (rows * cols == 0) return {};
+  finish_kernel<<<grid_for(rows * cols, threads), threads, 0, s>>>(p, q, rows, cols, r, ef,
+                                                                   residual, out.data, out.type);
+  GRADCODEC_CUDA_LAUNCHED("powersgd finish_kernel");
+  return {};
+}
+
 }  // namespace
+
+const detail::device_powersgd_phases powersgd_phases{phase_init_q, phase_compute_p, phase_compute_q,
+                                                     phase_finish, phase_orthogonalize};
 
 std::size_t powersgd_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
   if (op == operation::decode || op == operation::decode_accumulate) return status_bytes;

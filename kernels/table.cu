@@ -64,7 +64,7 @@ constexpr codec_ops cast{cuda::cast_workspace, cuda::cast_encode, cuda::cast_dec
                          cuda::cast_encode_feedback};
 
 backend_table make_table() {
-  backend_table t{"cuda", {}, &access};
+  backend_table t{"cuda", {}, &access, &cuda::powersgd_phases};
   auto set = [&](codec_id id, codec_ops ops) { t.codecs[static_cast<int>(id) - 1] = ops; };
   for (codec_id id :
        {codec_id::qsgd, codec_id::terngrad, codec_id::minmax, codec_id::onebit, codec_id::sign})

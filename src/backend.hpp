@@ -72,12 +72,35 @@ struct device_access {
   result<frame_header> (*read_header)(const_bytes frame, void* stream) noexcept;
 };
 
+//! The PowerSGD phase API (include/gradcodec/powersgd.hpp) on a device backend, stream-
+//! ordered on `stream`: the operations of detail::powersgd_kernels (src/powersgd_kernels.hpp)
+//! on device memory, after the front end checked every argument. Equal bits to the host
+//! kernels except the bit patterns of NaNs.
+struct device_powersgd_phases {
+  //! q = init_q(rng) (cols x r entries), then orth(q, cols, r, eps).
+  status (*init_q)(std::uint64_t seed, std::uint64_t tensor_id, std::uint64_t cols, std::uint32_t r,
+                   float eps, float* q, void* stream);
+  //! residual[k] = residual[k] + grad[k]; p = M q.
+  status (*compute_p)(const_tensor_view grad, float* residual, const float* q, float* p,
+                      std::uint64_t rows, std::uint64_t cols, std::uint32_t r, void* stream);
+  //! orth(p) in place; q = M^T p.
+  status (*compute_q)(float* p, const float* m, std::uint64_t rows, std::uint64_t cols,
+                      std::uint32_t r, float eps, float* q, void* stream);
+  //! q = q / world; out = p q^T; residual = ef ? residual - out : +0.0.
+  status (*finish)(const float* p, float* q, std::uint64_t rows, std::uint64_t cols,
+                   std::uint32_t r, int world, bool ef, float* residual, tensor_view out,
+                   void* stream);
+  //! orth(a, rows, r, eps) in place.
+  status (*orthogonalize)(float* a, std::uint64_t rows, std::uint32_t r, float eps, void* stream);
+};
+
 //! A backend: one codec_ops per codec id (index = id - 1); a null encode means the codec
 //! is not implemented there and the front end reports backend_unavailable.
 struct backend_table {
   const char* name;
   codec_ops codecs[codec_count];
-  const device_access* device = nullptr;  //!< null: host memory
+  const device_access* device = nullptr;                    //!< null: host memory
+  const device_powersgd_phases* powersgd_phases = nullptr;  //!< device backends only
 };
 
 const backend_table& reference_backend() noexcept;

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "../reference/common.hpp"
+#include "backend.hpp"
 #include "gradcodec/frame.hpp"
 #include "powersgd_kernels.hpp"
 
@@ -202,6 +203,35 @@ void powersgd_pin_kernels(const powersgd_kernels* k) noexcept {
 
 namespace {
 using detail::powersgd_kernels_in_use;
+
+//! Where a phase runs: the device phases when opt asks for CUDA (or automatic finds
+//! `first` in device memory), null for the host kernels; an error when CUDA is asked for
+//! and missing, an array is not device memory, or nonfinite=error needs a host scan.
+struct phase_target {
+  const detail::device_powersgd_phases* device = nullptr;
+  status error{};
+};
+
+phase_target target_of(const codec_spec* spec, const exec_options& opt, const void* first,
+                       std::initializer_list<std::pair<const void*, const char*>> arrays) {
+  const detail::backend_table* g = detail::cuda_backend();
+  const bool want =
+      opt.where == backend::cuda || (opt.where == backend::automatic && g != nullptr &&
+                                     g->device != nullptr && g->device->owns(first));
+  if (!want) return {};
+  if (g == nullptr || g->powersgd_phases == nullptr)
+    return {nullptr, {status_code::backend_unavailable, "backend 'cuda' is not available"}};
+  for (const auto& [ptr, what] : arrays)
+    if (ptr != nullptr && !g->device->owns(ptr))
+      return {nullptr, invalid(std::string("powersgd on cuda: ")
+                                   .append(what)
+                                   .append(" is not device memory (cudaMalloc or managed)"))};
+  if (spec != nullptr && spec->nonfinite == nonfinite_policy::error)
+    return {nullptr, invalid("powersgd on cuda: nonfinite=error needs a host scan of the input; "
+                             "use nonfinite=propagate")};
+  return {g->powersgd_phases, {}};
+}
+
 }  // namespace
 
 powersgd_frame_shape powersgd_frame_shape_of(const codec_spec& spec, const_tensor_view v) noexcept {
@@ -227,21 +257,38 @@ std::uint32_t powersgd_rank(const codec_spec& spec, std::uint64_t rows,
   return static_cast<std::uint32_t>(r);
 }
 
-status powersgd_orthogonalize(std::span<float> a, std::uint64_t rows, std::uint32_t r,
-                              float eps) noexcept {
+status powersgd_orthogonalize(std::span<float> a, std::uint64_t rows, std::uint32_t r, float eps,
+                              const exec_options& opt) noexcept {
   if (rows > max_elements || r > 64)
     return invalid("powersgd: orthogonalize takes rows <= 2^48, r <= 64");
   if (a.size() != rows * r) return size_error("the matrix to orthogonalize", a.size(), rows * r);
+  const phase_target t = target_of(nullptr, opt, a.data(), {{a.data(), "a"}});
+  if (!t.error.ok()) return t.error;
+  if (t.device != nullptr) return t.device->orthogonalize(a.data(), rows, r, eps, opt.stream);
   powersgd_kernels_in_use().orthogonalize(a.data(), rows, r, eps);
   return {};
 }
 
+status powersgd_orthogonalize(std::span<float> a, std::uint64_t rows, std::uint32_t r,
+                              float eps) noexcept {
+  return powersgd_orthogonalize(a, rows, r, eps, exec_options{});
+}
+
 status powersgd_init_q(const codec_spec& spec, const context& ctx, std::uint64_t rows,
                        std::uint64_t cols, std::span<float> q) noexcept {
+  return powersgd_init_q(spec, ctx, rows, cols, q, exec_options{});
+}
+
+status powersgd_init_q(const codec_spec& spec, const context& ctx, std::uint64_t rows,
+                       std::uint64_t cols, std::span<float> q, const exec_options& opt) noexcept {
   if (auto st = check_spec(spec); !st.ok()) return st;
   if (cols > max_elements) return invalid("powersgd: more than 2^48 columns");
   const std::uint32_t r = powersgd_rank(spec, rows, cols);
   if (q.size() != cols * r) return size_error("q", q.size(), cols * r);
+  const phase_target t = target_of(nullptr, opt, q.data(), {{q.data(), "q"}});
+  if (!t.error.ok()) return t.error;
+  if (t.device != nullptr)
+    return t.device->init_q(ctx.seed, ctx.tensor_id, cols, r, spec.eps, q.data(), opt.stream);
   const auto rng = blocks::counter_rng::make(ctx.seed, 0, ctx.tensor_id);
   for (std::uint64_t e = 0; e < cols * r; ++e) {
     const blocks::philox_block b = rng.block(blocks::rng_stream::init, e);
@@ -256,6 +303,12 @@ status powersgd_init_q(const codec_spec& spec, const context& ctx, std::uint64_t
 
 status powersgd_compute_p(const codec_spec& spec, const_tensor_view grad, std::span<float> residual,
                           std::span<const float> q, std::span<float> p) noexcept {
+  return powersgd_compute_p(spec, grad, residual, q, p, exec_options{});
+}
+
+status powersgd_compute_p(const codec_spec& spec, const_tensor_view grad, std::span<float> residual,
+                          std::span<const float> q, std::span<float> p,
+                          const exec_options& opt) noexcept {
   if (auto st = check_spec(spec); !st.ok()) return st;
   std::uint64_t rows = 0, cols = 0;
   if (auto st = shape_of(grad, "grad", rows, cols); !st.ok()) return st;
@@ -263,6 +316,13 @@ status powersgd_compute_p(const codec_spec& spec, const_tensor_view grad, std::s
   if (residual.size() != grad.n) return size_error("residual", residual.size(), grad.n);
   if (q.size() != cols * r) return size_error("q", q.size(), cols * r);
   if (p.size() != rows * r) return size_error("p", p.size(), rows * r);
+  const phase_target t = target_of(
+      &spec, opt, grad.data,
+      {{grad.data, "grad"}, {residual.data(), "residual"}, {q.data(), "q"}, {p.data(), "p"}});
+  if (!t.error.ok()) return t.error;
+  if (t.device != nullptr)
+    return t.device->compute_p(grad, residual.data(), q.data(), p.data(), rows, cols, r,
+                               opt.stream);
   const detail::powersgd_kernels& k = powersgd_kernels_in_use();
   if (spec.nonfinite == nonfinite_policy::error && k.nonfinite_sum(grad, residual.data()))
     return {status_code::nonfinite_input,
@@ -274,12 +334,24 @@ status powersgd_compute_p(const codec_spec& spec, const_tensor_view grad, std::s
 status powersgd_compute_q(const codec_spec& spec, std::span<float> p,
                           std::span<const float> residual, std::uint64_t rows, std::uint64_t cols,
                           std::span<float> q) noexcept {
+  return powersgd_compute_q(spec, p, residual, rows, cols, q, exec_options{});
+}
+
+status powersgd_compute_q(const codec_spec& spec, std::span<float> p,
+                          std::span<const float> residual, std::uint64_t rows, std::uint64_t cols,
+                          std::span<float> q, const exec_options& opt) noexcept {
   if (auto st = check_spec(spec); !st.ok()) return st;
   if (cols != 0 && rows > max_elements / cols) return invalid("powersgd: rows*cols above 2^48");
   const std::uint32_t r = powersgd_rank(spec, rows, cols);
   if (residual.size() != rows * cols) return size_error("residual", residual.size(), rows * cols);
   if (p.size() != rows * r) return size_error("p", p.size(), rows * r);
   if (q.size() != cols * r) return size_error("q", q.size(), cols * r);
+  const phase_target t = target_of(
+      nullptr, opt, p.data(), {{p.data(), "p"}, {residual.data(), "residual"}, {q.data(), "q"}});
+  if (!t.error.ok()) return t.error;
+  if (t.device != nullptr)
+    return t.device->compute_q(p.data(), residual.data(), rows, cols, r, spec.eps, q.data(),
+                               opt.stream);
   if (auto st = powersgd_orthogonalize(p, rows, r, spec.eps); !st.ok()) return st;
   powersgd_kernels_in_use().compute_q(residual.data(), rows, cols, p.data(), r, q.data());
   return {};
@@ -288,6 +360,12 @@ status powersgd_compute_q(const codec_spec& spec, std::span<float> p,
 status powersgd_finish(const codec_spec& spec, std::span<const float> p, std::span<float> q,
                        int world_size, bool error_feedback, std::span<float> residual,
                        tensor_view out) noexcept {
+  return powersgd_finish(spec, p, q, world_size, error_feedback, residual, out, exec_options{});
+}
+
+status powersgd_finish(const codec_spec& spec, std::span<const float> p, std::span<float> q,
+                       int world_size, bool error_feedback, std::span<float> residual,
+                       tensor_view out, const exec_options& opt) noexcept {
   if (auto st = check_spec(spec); !st.ok()) return st;
   if (world_size < 1 || world_size > max_world)
     return invalid("powersgd: world size must be in 1..2^24");
@@ -297,6 +375,13 @@ status powersgd_finish(const codec_spec& spec, std::span<const float> p, std::sp
   if (p.size() != rows * r) return size_error("p", p.size(), rows * r);
   if (q.size() != cols * r) return size_error("q", q.size(), cols * r);
   if (residual.size() != out.n) return size_error("residual", residual.size(), out.n);
+  const phase_target t = target_of(
+      nullptr, opt, p.data(),
+      {{p.data(), "p"}, {q.data(), "q"}, {residual.data(), "residual"}, {out.data, "out"}});
+  if (!t.error.ok()) return t.error;
+  if (t.device != nullptr)
+    return t.device->finish(p.data(), q.data(), rows, cols, r, world_size, error_feedback,
+                            residual.data(), out, opt.stream);
   powersgd_kernels_in_use().finish(p.data(), q.data(), rows, cols, r, world_size, error_feedback,
                                    residual.data(), out);
   return {};

@@ -419,6 +419,19 @@ TEST(PowerSgdPhases, SizeErrorsReturnAStatusAndWriteNothing) {
   auto st = gc::powersgd_compute_p(s, gc::view(g, rows), res, q_short, p);
   EXPECT_NE(std::string(st.message()).find("q has 29 floats, need 30"), std::string::npos)
       << st.message();
+  // Asked for the CUDA backend: host arrays are refused there, and without a GPU the
+  // backend is unavailable; either way nothing is written.
+  gc::exec_options on_gpu;
+  on_gpu.where = gc::backend::cuda;
+  const status_code want = gc::backend_available(gc::backend::cuda)
+                               ? status_code::invalid_argument
+                               : status_code::backend_unavailable;
+  expect(gc::powersgd_init_q(s, {}, rows, cols, q, on_gpu), want, "cuda: init");
+  expect(gc::powersgd_compute_p(s, gc::view(g, rows), res, q, p, on_gpu), want, "cuda: p");
+  expect(gc::powersgd_compute_q(s, p, res, rows, cols, q, on_gpu), want, "cuda: q");
+  expect(gc::powersgd_finish(s, p, q, 2, true, res, gc::view(out, rows), on_gpu), want,
+         "cuda: finish");
+  expect(gc::powersgd_orthogonalize(p, rows, 3, 1e-8f, on_gpu), want, "cuda: orth");
 }
 
 // --- the stateless codec --------------------------------------------------------------

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <span>
 
+#include "gradcodec/codec.hpp"
 #include "gradcodec/context.hpp"
 #include "gradcodec/spec.hpp"
 #include "gradcodec/status.hpp"
@@ -79,6 +80,31 @@ status powersgd_finish(const codec_spec& spec, std::span<const float> p, std::sp
 //! order is in docs/codecs.md.
 status powersgd_orthogonalize(std::span<float> a, std::uint64_t rows, std::uint32_t r,
                               float eps) noexcept;
+
+// --- the phases on a GPU ------------------------------------------------------------------
+//
+// The same five calls with exec_options: with opt.where = backend::cuda, or automatic and
+// the first array (q for init_q, grad for compute_p, p otherwise) in device memory, they
+// run on the CUDA backend, stream-ordered on opt.stream (a cudaStream_t; null: the default
+// stream) and return once the work is queued; every array must then be device memory
+// (invalid_argument otherwise, nothing queued), and nonfinite=error is refused (it needs a
+// host scan). The results equal the host's bit for bit except the bit patterns of NaNs
+// (a NaN stays a NaN). opt.workspace and opt.threads are not used. The calls above are
+// these with exec_options{} (automatic).
+
+status powersgd_init_q(const codec_spec& spec, const context& ctx, std::uint64_t rows,
+                       std::uint64_t cols, std::span<float> q, const exec_options& opt) noexcept;
+status powersgd_compute_p(const codec_spec& spec, const_tensor_view grad, std::span<float> residual,
+                          std::span<const float> q, std::span<float> p,
+                          const exec_options& opt) noexcept;
+status powersgd_compute_q(const codec_spec& spec, std::span<float> p,
+                          std::span<const float> residual, std::uint64_t rows, std::uint64_t cols,
+                          std::span<float> q, const exec_options& opt) noexcept;
+status powersgd_finish(const codec_spec& spec, std::span<const float> p, std::span<float> q,
+                       int world_size, bool error_feedback, std::span<float> residual,
+                       tensor_view out, const exec_options& opt) noexcept;
+status powersgd_orthogonalize(std::span<float> a, std::uint64_t rows, std::uint32_t r, float eps,
+                              const exec_options& opt) noexcept;
 
 // --- checkpointing --------------------------------------------------------------------
 

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! What the GPU tests ask of their environment: whether a CUDA device is visible (they skip
-//! with a message otherwise) and the size cap GRADCODEC_TEST_MAX_N (scripts/gpu-check runs
-//! them under compute-sanitizer, which is 10-100x slower, with small sizes only).
+//! with a message otherwise), the size cap GRADCODEC_TEST_MAX_N (scripts/gpu-check runs
+//! them under compute-sanitizer, which is 10-100x slower, with small sizes only), and
+//! device buffers poisoned or filled from host bytes.
 #pragma once
 
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <cstddef>
 #include <cstdlib>
+#include <vector>
 
 namespace gradcodec::test {
 
@@ -21,5 +24,27 @@ inline std::size_t max_n() {
   const char* e = std::getenv("GRADCODEC_TEST_MAX_N");
   return e != nullptr ? static_cast<std::size_t>(std::strtoull(e, nullptr, 10)) : ~std::size_t{0};
 }
+
+//! Device memory holding a copy of host bytes (or `size` poisoned bytes).
+struct device_bytes {
+  std::byte* ptr = nullptr;
+  std::size_t size = 0;
+  explicit device_bytes(std::size_t n, int fill = 0xA5) : size(n) {
+    EXPECT_EQ(cudaMalloc(&ptr, n + 256), cudaSuccess);
+    EXPECT_EQ(cudaMemset(ptr, fill, n + 256), cudaSuccess);
+  }
+  explicit device_bytes(const std::vector<std::byte>& host) : device_bytes(host.size()) {
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~device_bytes() { cudaFree(ptr); }
+  device_bytes(const device_bytes&) = delete;
+  device_bytes& operator=(const device_bytes&) = delete;
+  //! The first `n` bytes plus the 256 guard bytes behind the buffer.
+  std::vector<std::byte> read(std::size_t n) const {
+    std::vector<std::byte> h(n + 256);
+    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n + 256, cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
 
 }  // namespace gradcodec::test

@@ -32,28 +32,6 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: CUDA backend tests need a GPU"
 
-//! Device memory holding a copy of host bytes (or `size` poisoned bytes).
-struct device_bytes {
-  std::byte* ptr = nullptr;
-  std::size_t size = 0;
-  explicit device_bytes(std::size_t n, int fill = 0xA5) : size(n) {
-    EXPECT_EQ(cudaMalloc(&ptr, n + 256), cudaSuccess);
-    EXPECT_EQ(cudaMemset(ptr, fill, n + 256), cudaSuccess);
-  }
-  explicit device_bytes(const std::vector<std::byte>& host) : device_bytes(host.size()) {
-    EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  ~device_bytes() { cudaFree(ptr); }
-  device_bytes(const device_bytes&) = delete;
-  device_bytes& operator=(const device_bytes&) = delete;
-  //! The first `n` bytes plus the 256 guard bytes behind the buffer.
-  std::vector<std::byte> read(std::size_t n) const {
-    std::vector<std::byte> h(n + 256);
-    EXPECT_EQ(cudaMemcpy(h.data(), ptr, n + 256, cudaMemcpyDeviceToHost), cudaSuccess);
-    return h;
-  }
-};
-
 std::vector<float> stress(std::size_t n, std::uint64_t seed) {
   auto v = with_extremes(n, seed, 64);
   if (n > 100) v[n / 3] = std::numeric_limits<float>::quiet_NaN();
