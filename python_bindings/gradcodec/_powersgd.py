@@ -25,9 +25,9 @@ class PowerSGDState:
     initial Q, identical on every rank for the same ``seed`` and ``tensor_id``. ``save()``
     and ``load()`` use the library's checkpoint format (docs/format.md).
 
-    Host memory only, like the library's phase API: a CUDA ``grad`` raises
-    :class:`gradcodec.Error` (copy it with ``.cpu()``; the stateless ``powersgd`` codec
-    encodes and decodes CUDA tensors).
+    Host memory only (the state is numpy arrays): a CUDA ``grad`` raises
+    :class:`gradcodec.Error` (copy it with ``.cpu()``, or call the ``powersgd_*`` phase
+    functions with CUDA tensors of your own, which run on the GPU).
     """
 
     def __init__(

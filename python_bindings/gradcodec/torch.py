@@ -39,9 +39,9 @@ index, the same on every rank.
 
 Devices: CUDA buckets on an NCCL process group run on the GPU when gradcodec has its CUDA
 backend (``backend="auto"`` or ``"cuda"``): residuals, frames and decoding stay on the
-bucket's device, on torch's current stream. The ``powersgd`` strategy (the library's
-PowerSGD phases are host-only) and CUDA buckets on other process groups are copied to the
-host for encoding and decoding, and frames and dense values travel on the bucket's device.
+bucket's device, on torch's current stream. The ``powersgd`` strategy (its state is kept
+on the host) and CUDA buckets on other process groups are copied to the host for encoding
+and decoding, and frames and dense values travel on the bucket's device.
 CPU buckets (gloo) run on the CPU. The collectives of one bucket are issued in the hook's
 own thread, in bucket order; only the last one is asynchronous.
 """

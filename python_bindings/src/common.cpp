@@ -217,19 +217,40 @@ void require_host(int device_type, int device_id, const char* what, const char* 
                                                  .append(" (copy it with .cpu() first)"));
 }
 
-std::span<const float> f32_in(const in_array& a, const char* what) {
+namespace {
+
+template <class Array>
+void require_f32(const Array& a, const char* what) {
   if (dtype_of(a.dtype()) != dtype::f32)
     throw nb::type_error(type_error_text(what, "float32").c_str());
   require_contiguous(a, what);
-  require_host(a.device_type(), a.device_id(), what, kPhaseOnHost);
+}
+
+}  // namespace
+
+std::span<const float> f32_in(const in_array& a, const char* what, call_device& dev,
+                              exec_options& opt) {
+  require_f32(a, what);
+  dev.note(a.device_type(), a.device_id(), what, opt);
   return {static_cast<const float*>(a.data()), a.size()};
 }
 
-std::span<float> f32_out(const out_array& a, const char* what) {
-  if (dtype_of(a.dtype()) != dtype::f32)
-    throw nb::type_error(type_error_text(what, "float32").c_str());
-  require_contiguous(a, what);
-  require_host(a.device_type(), a.device_id(), what, kPhaseOnHost);
+std::span<float> f32_out(const out_array& a, const char* what, call_device& dev,
+                         exec_options& opt) {
+  require_f32(a, what);
+  dev.note(a.device_type(), a.device_id(), what, opt);
+  return {static_cast<float*>(a.data()), a.size()};
+}
+
+std::span<const float> f32_host_in(const in_array& a, const char* what, const char* why) {
+  require_f32(a, what);
+  require_host(a.device_type(), a.device_id(), what, why);
+  return {static_cast<const float*>(a.data()), a.size()};
+}
+
+std::span<float> f32_host_out(const out_array& a, const char* what, const char* why) {
+  require_f32(a, what);
+  require_host(a.device_type(), a.device_id(), what, why);
   return {static_cast<float*>(a.data()), a.size()};
 }
 

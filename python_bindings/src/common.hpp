@@ -82,15 +82,17 @@ mutable_bytes bytes_out(const out_array& a, const char* what, call_device& dev, 
 //! the host through torch (on torch's current stream of its device, which waits for them).
 frame_header header_of(const_bytes frame, const call_device& dev);
 
-//! f32 host arrays for the PowerSGD phases (any shape, C-contiguous).
-std::span<const float> f32_in(const in_array& a, const char* what);
-std::span<float> f32_out(const out_array& a, const char* what);
+//! f32 arrays of the PowerSGD phases (any shape, C-contiguous), in host or CUDA memory
+//! (noted in `dev`, as every array of a codec call).
+std::span<const float> f32_in(const in_array& a, const char* what, call_device& dev,
+                              exec_options& opt);
+std::span<float> f32_out(const out_array& a, const char* what, call_device& dev,
+                         exec_options& opt);
+//! f32 host arrays (the PowerSGD state functions): `why` names what needs the host.
+std::span<const float> f32_host_in(const in_array& a, const char* what, const char* why);
+std::span<float> f32_host_out(const out_array& a, const char* what, const char* why);
 //! Refuses an array outside host memory: "<what> is on cuda:N, but <why> (copy it ...)".
 void require_host(int device_type, int device_id, const char* what, const char* why);
-//! The `why` of the PowerSGD phase and state functions (the library's API is host-only).
-inline constexpr const char* kPhaseOnHost =
-    "the PowerSGD phase and state functions run on host memory only (the library has no CUDA "
-    "version of them; the stateless 'powersgd' codec encodes and decodes on CUDA)";
 
 //! `import torch`, or gradcodec.Error(backend_unavailable) saying CUDA arrays need it.
 nb::module_ torch_module();

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! The PowerSGD phase API and its checkpoint format for Python. The caller owns Q, P and
-//! the residual as float32 arrays (numpy, or torch CPU tensors through DLPack) and runs the
-//! two allreduces between the phases; gradcodec.PowerSGDState wraps this for one matrix.
-//! Host memory only: the library's phase API has no CUDA version (docs/cuda.md), so CUDA
-//! tensors are refused with a message saying so.
+//! the residual as float32 arrays (numpy, torch CPU or CUDA tensors through DLPack) and
+//! runs the two allreduces between the phases; gradcodec.PowerSGDState wraps this for one
+//! matrix on the host. A phase whose arrays are CUDA tensors (all on one device) runs on
+//! the CUDA backend, queued on torch's current stream of that device, like the codec
+//! calls; the checkpoint functions read and write host memory only.
 
 #include <string>
 
@@ -54,7 +55,11 @@ void register_powersgd(nb::module_& m) {
       [](nb::handle spec, std::uint64_t rows, std::uint64_t cols, const out_array& q,
          std::uint64_t seed, std::uint64_t tensor_id) {
         const codec_spec s = powersgd_spec(spec);
-        check(powersgd_init_q(s, context{seed, 0, tensor_id}, rows, cols, f32_out(q, "q")));
+        exec_options opt;
+        call_device dev;
+        const auto qs = f32_out(q, "q", dev, opt);
+        const device_scope scope(dev, opt);
+        check(powersgd_init_q(s, context{seed, 0, tensor_id}, rows, cols, qs, opt));
       },
       nb::arg("spec"), nb::arg("rows"), nb::arg("cols"), nb::arg("q"), nb::kw_only(),
       nb::arg("seed") = 0, nb::arg("tensor_id") = 0,
@@ -65,16 +70,16 @@ void register_powersgd(nb::module_& m) {
       [](nb::handle spec, const in_array& grad, const out_array& residual, const in_array& q,
          const out_array& p, std::optional<std::uint64_t> rows) {
         const codec_spec s = powersgd_spec(spec);
-        require_host(grad.device_type(), grad.device_id(), "grad", kPhaseOnHost);
-        exec_options opt{backend::cpu};
+        exec_options opt;
         call_device dev;
         const const_tensor_view g = tensor_in(grad, "grad", dev, opt, rows);
-        const auto res = f32_out(residual, "residual");
-        const auto qs = f32_in(q, "q");
-        const auto ps = f32_out(p, "p");
+        const auto res = f32_out(residual, "residual", dev, opt);
+        const auto qs = f32_in(q, "q", dev, opt);
+        const auto ps = f32_out(p, "p", dev, opt);
+        const device_scope scope(dev, opt);
         auto run = [&]() -> status {
           nb::gil_scoped_release nogil;
-          return powersgd_compute_p(s, g, res, qs, ps);
+          return powersgd_compute_p(s, g, res, qs, ps, opt);
         };
         check(run());
       },
@@ -88,12 +93,15 @@ void register_powersgd(nb::module_& m) {
       [](nb::handle spec, const out_array& p, const in_array& residual, std::uint64_t rows,
          std::uint64_t cols, const out_array& q) {
         const codec_spec s = powersgd_spec(spec);
-        const auto ps = f32_out(p, "p");
-        const auto res = f32_in(residual, "residual");
-        const auto qs = f32_out(q, "q");
+        exec_options opt;
+        call_device dev;
+        const auto ps = f32_out(p, "p", dev, opt);
+        const auto res = f32_in(residual, "residual", dev, opt);
+        const auto qs = f32_out(q, "q", dev, opt);
+        const device_scope scope(dev, opt);
         auto run = [&]() -> status {
           nb::gil_scoped_release nogil;
-          return powersgd_compute_q(s, ps, res, rows, cols, qs);
+          return powersgd_compute_q(s, ps, res, rows, cols, qs, opt);
         };
         check(run());
       },
@@ -106,17 +114,17 @@ void register_powersgd(nb::module_& m) {
          const out_array& residual, const out_array& out, bool error_feedback,
          std::optional<std::uint64_t> rows) {
         const codec_spec s = powersgd_spec(spec);
-        require_host(out.device_type(), out.device_id(), "out", kPhaseOnHost);
-        exec_options opt{backend::cpu};
+        exec_options opt;
         call_device dev;
         tensor_view o = tensor_out(out, "out", dev, opt);
         o.rows = rows ? *rows : (out.ndim() >= 2 ? static_cast<std::uint64_t>(out.shape(0)) : 0);
-        const auto ps = f32_in(p, "p");
-        const auto qs = f32_out(q, "q");
-        const auto res = f32_out(residual, "residual");
+        const auto ps = f32_in(p, "p", dev, opt);
+        const auto qs = f32_out(q, "q", dev, opt);
+        const auto res = f32_out(residual, "residual", dev, opt);
+        const device_scope scope(dev, opt);
         auto run = [&]() -> status {
           nb::gil_scoped_release nogil;
-          return powersgd_finish(s, ps, qs, world_size, error_feedback, res, o);
+          return powersgd_finish(s, ps, qs, world_size, error_feedback, res, o, opt);
         };
         check(run());
       },
@@ -127,8 +135,11 @@ void register_powersgd(nb::module_& m) {
   m.def(
       "powersgd_orthogonalize",
       [](const out_array& a, std::uint64_t rows, std::uint32_t r, float eps) {
-        const auto as = f32_out(a, "a");
-        check(powersgd_orthogonalize(as, rows, r, eps));
+        exec_options opt;
+        call_device dev;
+        const auto as = f32_out(a, "a", dev, opt);
+        const device_scope scope(dev, opt);
+        check(powersgd_orthogonalize(as, rows, r, eps, opt));
       },
       nb::arg("a"), nb::arg("rows"), nb::arg("r"), nb::arg("eps") = 1e-8f,
       "Orthonormalises the r columns of a (rows x r float32, row-major) in place (modified\n"
@@ -140,8 +151,8 @@ void register_powersgd(nb::module_& m) {
       [](const in_array& q, const in_array& residual, std::uint64_t rows, std::uint64_t cols,
          std::uint32_t rank, std::uint64_t step) {
         const powersgd_state_info info{rows, cols, rank, step};
-        const auto qs = f32_in(q, "q");
-        const auto res = f32_in(residual, "residual");
+        const auto qs = f32_host_in(q, "q", kStateOnHost);
+        const auto res = f32_host_in(residual, "residual", kStateOnHost);
         const std::uint64_t size = powersgd_state_bytes(rows, cols, rank);
         void* p = nullptr;
         nb::object buf = numpy_empty({static_cast<std::size_t>(size)}, "uint8", &p);
@@ -166,7 +177,8 @@ void register_powersgd(nb::module_& m) {
          const out_array& q, const out_array& residual) {
         return info_dict(
             unwrap(powersgd_load_state(bytes_in(state, "state", kStateOnHost), rows, cols, rank,
-                                       f32_out(q, "q"), f32_out(residual, "residual"))));
+                                       f32_host_out(q, "q", kStateOnHost),
+                                       f32_host_out(residual, "residual", kStateOnHost))));
       },
       nb::arg("state"), nb::arg("rows"), nb::arg("cols"), nb::arg("rank"), nb::arg("q"),
       nb::arg("residual"),
