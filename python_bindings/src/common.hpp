@@ -86,8 +86,7 @@ frame_header header_of(const_bytes frame, const call_device& dev);
 //! (noted in `dev`, as every array of a codec call).
 std::span<const float> f32_in(const in_array& a, const char* what, call_device& dev,
                               exec_options& opt);
-std::span<float> f32_out(const out_array& a, const char* what, call_device& dev,
-                         exec_options& opt);
+std::span<float> f32_out(const out_array& a, const char* what, call_device& dev, exec_options& opt);
 //! f32 host arrays (the PowerSGD state functions): `why` names what needs the host.
 std::span<const float> f32_host_in(const in_array& a, const char* what, const char* why);
 std::span<float> f32_host_out(const out_array& a, const char* what, const char* why);

@@ -175,10 +175,9 @@ void register_powersgd(nb::module_& m) {
       "powersgd_load_state",
       [](const in_array& state, std::uint64_t rows, std::uint64_t cols, std::uint32_t rank,
          const out_array& q, const out_array& residual) {
-        return info_dict(
-            unwrap(powersgd_load_state(bytes_in(state, "state", kStateOnHost), rows, cols, rank,
-                                       f32_host_out(q, "q", kStateOnHost),
-                                       f32_host_out(residual, "residual", kStateOnHost))));
+        return info_dict(unwrap(powersgd_load_state(
+            bytes_in(state, "state", kStateOnHost), rows, cols, rank,
+            f32_host_out(q, "q", kStateOnHost), f32_host_out(residual, "residual", kStateOnHost))));
       },
       nb::arg("state"), nb::arg("rows"), nb::arg("cols"), nb::arg("rank"), nb::arg("q"),
       nb::arg("residual"),
