@@ -39,9 +39,10 @@ index, the same on every rank.
 
 Devices: CUDA buckets on an NCCL process group run on the GPU when gradcodec has its CUDA
 backend (``backend="auto"`` or ``"cuda"``): residuals, frames and decoding stay on the
-bucket's device, on torch's current stream. The ``powersgd`` strategy (its state is kept
-on the host) and CUDA buckets on other process groups are copied to the host for encoding
-and decoding, and frames and dense values travel on the bucket's device.
+bucket's device, on torch's current stream; for the ``powersgd`` strategy that is the
+library's PowerSGD phases on CUDA tensors, with P, Q and the residual on the GPU. CUDA
+buckets on other process groups are copied to the host for encoding and decoding, and
+frames and dense values travel on the bucket's device.
 CPU buckets (gloo) run on the CPU. The collectives of one bucket are issued in the hook's
 own thread, in bucket order; only the last one is asynchronous.
 """
@@ -161,9 +162,6 @@ class HookState:
         self.seed = int(seed)
         self.strategy = default_strategy(self.codec) if strategy is None else strategy
         _check_strategy(self.codec, self.strategy)
-        if backend == "cuda" and self.strategy == "powersgd":
-            raise ValueError("backend='cuda' does not apply to the powersgd strategy: the "
-                             "library's PowerSGD phases run on the host (use backend='auto')")
         self.backend = backend
         self.step = 0
         self.bytes_sent = 0  # bytes this rank contributed to the hook's collectives
@@ -236,8 +234,7 @@ class HookState:
                 raise ValueError(f"backend='cuda' needs CUDA buckets on an NCCL process group "
                                  f"(this bucket is on {device})")
             return True
-        return (nccl and self.backend == "auto" and self.strategy != "powersgd"
-                and _gc.backend_available("cuda"))
+        return nccl and self.backend == "auto" and _gc.backend_available("cuda")
 
     def _encode(self, x: torch.Tensor, b: _Bucket, step: int, index: int) -> torch.Tensor:
         # x is on the device the codec runs on: the bucket's GPU, or the host.
@@ -368,8 +365,10 @@ class HookState:
 
         return work, finish
 
-    def _plan_powersgd(self, bucket: Any, b: _Bucket, index: int) -> None:
+    def _plan_powersgd(self, bucket: Any, b: _Bucket, index: int, where: torch.device) -> None:
+        # where: the device the phases run on (the bucket's GPU, or the host).
         codec = self.codec
+        b.matrices, b.dense = [], []
         p_total = q_total = m_total = 0
         offset = 0
         dense: List[Tuple[int, int]] = []
@@ -396,12 +395,14 @@ class HookState:
         for off, numel in dense:
             b.dense.append((off, numel, p_total))
             p_total += numel
-        b.p = torch.zeros(p_total, dtype=torch.float32)
+        b.p = torch.zeros(p_total, dtype=torch.float32, device=where)
         loaded = b.q is not None and b.q.numel() == q_total and b.m is not None and \
             b.m.numel() == m_total
-        if not loaded:
-            b.q = torch.empty(q_total, dtype=torch.float32)
-            b.m = torch.zeros(m_total, dtype=torch.float32)
+        if loaded:  # from a state_dict, on the host
+            b.q, b.m = b.q.to(where), b.m.to(where)
+        else:
+            b.q = torch.empty(q_total, dtype=torch.float32, device=where)
+            b.m = torch.zeros(m_total, dtype=torch.float32, device=where)
             for mat in b.matrices:
                 _gc.powersgd_init_q(codec, mat.rows, mat.cols,
                                     b.q[mat.q_off:mat.q_off + mat.cols * mat.rank],
@@ -410,8 +411,8 @@ class HookState:
     def _powersgd(self, bucket, b, x, index, world, device):
         codec = self.codec
         pg = self.process_group
-        if b.p is None:
-            self._plan_powersgd(bucket, b, index)
+        if b.p is None or b.p.device != x.device:
+            self._plan_powersgd(bucket, b, index, x.device)
         n = x.numel()
         p, q, m = b.p, b.q, b.m
         for mat in b.matrices:
@@ -425,7 +426,7 @@ class HookState:
 
         def reduce(t: torch.Tensor, async_op: bool):
             self.bytes_sent += 4 * t.numel()
-            if device.type == "cpu":
+            if t.device == device:  # host buckets, or the phases on the bucket's GPU
                 return dist.all_reduce(t, group=pg, async_op=async_op), t
             on_device = t.to(device)
             return dist.all_reduce(on_device, group=pg, async_op=async_op), on_device
@@ -453,7 +454,7 @@ class HookState:
                 copy_back(q, q_red)
             else:
                 copy_back(p, p_red)
-            out = torch.empty(n, dtype=torch.float32)
+            out = torch.empty(n, dtype=torch.float32, device=p.device)
             for mat in b.matrices:
                 size = mat.rows * mat.cols
                 _gc.powersgd_finish(codec, p[mat.p_off:mat.p_off + mat.rows * mat.rank],
