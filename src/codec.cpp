@@ -384,6 +384,12 @@ status decode_common(const_bytes frame, tensor_view out, float alpha, bool accum
     return {status_code::backend_unavailable, "backend 'cuda' is not available"};
   if (dev != nullptr && frame.data() != nullptr && !dev->device->owns(frame.data()))
     return invalid("backend cuda: the frame is not device memory (cudaMalloc or managed)");
+  if (const backend_table* g = detail::cuda_backend();
+      dev == nullptr && g != nullptr && g->device != nullptr && frame.data() != nullptr &&
+      g->device->device_only(frame.data()))
+    return invalid(
+        "a host backend got device memory: the frame is on a GPU while the call "
+        "runs on the host (pass backend::cuda with every buffer on the device)");
   auto hdr = dev != nullptr && frame.size() > 0 ? dev->device->read_header(frame, opt.stream)
                                                 : peek(frame);
   if (!hdr) return hdr.error();

@@ -218,7 +218,17 @@ phase_target target_of(const codec_spec* spec, const exec_options& opt, const vo
   const bool want =
       opt.where == backend::cuda || (opt.where == backend::automatic && g != nullptr &&
                                      g->device != nullptr && g->device->owns(first));
-  if (!want) return {};
+  if (!want) {
+    // The host kernels dereference every array: none may be device-only memory.
+    if (g != nullptr && g->device != nullptr)
+      for (const auto& [ptr, what] : arrays)
+        if (ptr != nullptr && g->device->device_only(ptr))
+          return {nullptr, invalid(std::string("powersgd on the host: ")
+                                       .append(what)
+                                       .append(" is device memory (pass every array on the "
+                                               "device, or backend::cuda)"))};
+    return {};
+  }
   if (g == nullptr || g->powersgd_phases == nullptr)
     return {nullptr, {status_code::backend_unavailable, "backend 'cuda' is not available"}};
   for (const auto& [ptr, what] : arrays)
@@ -298,7 +308,10 @@ status powersgd_init_q(const codec_spec& spec, const context& ctx, std::uint64_t
     const float s = (u0 + u1) + (u2 + u3);
     q[e] = (s - 2.0f) * 1.7320508f;
   }
-  return powersgd_orthogonalize(q, cols, r, spec.eps);
+  // The host kernels directly: the arrays were placed above (a managed q must not be
+  // sent to the GPU by the automatic choice of the public call).
+  powersgd_kernels_in_use().orthogonalize(q.data(), cols, r, spec.eps);
+  return {};
 }
 
 status powersgd_compute_p(const codec_spec& spec, const_tensor_view grad, std::span<float> residual,
@@ -352,7 +365,7 @@ status powersgd_compute_q(const codec_spec& spec, std::span<float> p,
   if (t.device != nullptr)
     return t.device->compute_q(p.data(), residual.data(), rows, cols, r, spec.eps, q.data(),
                                opt.stream);
-  if (auto st = powersgd_orthogonalize(p, rows, r, spec.eps); !st.ok()) return st;
+  powersgd_kernels_in_use().orthogonalize(p.data(), rows, r, spec.eps);
   powersgd_kernels_in_use().compute_q(residual.data(), rows, cols, p.data(), r, q.data());
   return {};
 }

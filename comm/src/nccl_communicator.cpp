@@ -82,7 +82,9 @@ nccl_communicator::~nccl_communicator() {
     (void)cudaEventDestroy(p.second);
   }
   for (cudaEvent_t e : spare_) (void)cudaEventDestroy(e);
-  if (scratch_ != nullptr) (void)cudaFree(scratch_);
+  // cudaFree waits for the device: a broken borrowed comm's kernels may spin until its
+  // owner aborts it, so its 4 bytes are left behind rather than risk that wait.
+  if (scratch_ != nullptr && (broken_.ok() || owned_)) (void)cudaFree(scratch_);
   if (owned_ && comm_ != nullptr) (void)ncclCommDestroy(comm_);
 }
 
@@ -229,8 +231,9 @@ status nccl_communicator::wait(request& req) {
     }
     ncclResult_t async = ncclSuccess;
     if (ncclResult_t r = ncclCommGetAsyncError(comm_, &async); r != ncclSuccess) {
-      result = nccl_failed(r, "ncclCommGetAsyncError");
-      break;
+      broken_ = nccl_failed(r, "ncclCommGetAsyncError");  // its state is unknown now
+      (void)cudaEventDestroy(ev);
+      return broken_;
     }
     if (async != ncclSuccess && async != ncclInProgress) {
       // Every later call returns this error. An owned communicator is aborted here (its

@@ -230,6 +230,11 @@ def run_case(rank, world, spec, kwargs, cap_mb, device=None):
         ddp.zero_grad()
         ddp([c.to(device) for c in coeffs(rank, it)]).backward()
     assert state.step == ITERATIONS
+    if device.type == "cuda" and state.strategy == "powersgd":
+        # The phases ran on the GPU: P, Q and the residual M stayed there.
+        for b in state._buckets.values():
+            for name in ("p", "q", "m"):
+                assert getattr(b, name).device == device, f"{spec}: {name} on the host"
     if device.type == "cuda" and state.strategy != "powersgd":
         # The CUDA path ran: frames and residuals stayed on the GPU.
         for b in state._buckets.values():

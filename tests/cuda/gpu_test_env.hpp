@@ -32,9 +32,12 @@ struct device_bytes {
   explicit device_bytes(std::size_t n, int fill = 0xA5) : size(n) {
     EXPECT_EQ(cudaMalloc(&ptr, n + 256), cudaSuccess);
     EXPECT_EQ(cudaMemset(ptr, fill, n + 256), cudaSuccess);
+    // Tests also work on non-blocking streams, which are not ordered after these.
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   }
   explicit device_bytes(const std::vector<std::byte>& host) : device_bytes(host.size()) {
     EXPECT_EQ(cudaMemcpy(ptr, host.data(), host.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // a pageable upload may still land late
   }
   ~device_bytes() { cudaFree(ptr); }
   device_bytes(const device_bytes&) = delete;
