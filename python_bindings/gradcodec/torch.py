@@ -229,12 +229,17 @@ class HookState:
     def _on_device(self, device: torch.device) -> bool:
         """Whether a bucket on `device` is encoded and decoded there (the CUDA path)."""
         nccl = device.type == "cuda" and _backend_of(self.process_group, "cuda") == "nccl"
+        # nonfinite=error needs a host scan of the gradient, which the CUDA backend refuses.
+        host_scan = self.codec.params.get("nonfinite") == "error"
         if self.backend == "cuda":
             if not nccl:
                 raise ValueError(f"backend='cuda' needs CUDA buckets on an NCCL process group "
                                  f"(this bucket is on {device})")
+            if host_scan:
+                raise ValueError("backend='cuda' cannot check nonfinite=error (the check scans "
+                                 "on the host): use backend='auto' or nonfinite=propagate")
             return True
-        return nccl and self.backend == "auto" and _gc.backend_available("cuda")
+        return nccl and self.backend == "auto" and not host_scan and _gc.backend_available("cuda")
 
     def _encode(self, x: torch.Tensor, b: _Bucket, step: int, index: int) -> torch.Tensor:
         # x is on the device the codec runs on: the bucket's GPU, or the host.

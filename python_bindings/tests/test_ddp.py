@@ -362,3 +362,13 @@ def test_collective_backend_per_device_type(monkeypatch):
     assert not state._on_device(torch.device("cpu"))
     with pytest.raises(ValueError):
         gct.HookState(spec="topk", backend="cuda")._on_device(torch.device("cpu"))
+    # With NCCL and the CUDA backend, CUDA buckets run on the GPU, except for nonfinite=error
+    # specs (their check scans on the host): backend="auto" takes the host path for them.
+    monkeypatch.setattr(gct._gc, "backend_available", lambda name: True)
+    gpu = torch.device("cuda", 0)
+    for spec in ("topk", "powersgd:rank=2"):
+        assert gct.HookState(spec=spec)._on_device(gpu)
+        assert not gct.HookState(spec=spec + ",nonfinite=error" if ":" in spec
+                                 else spec + ":nonfinite=error")._on_device(gpu)
+    with pytest.raises(ValueError):
+        gct.HookState(spec="topk:nonfinite=error", backend="cuda")._on_device(gpu)
