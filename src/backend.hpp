@@ -7,6 +7,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <string_view>
+#include <utility>
 
 #include "gradcodec/codec.hpp"
 #include "gradcodec/frame.hpp"
@@ -102,6 +105,15 @@ struct backend_table {
   const device_access* device = nullptr;                    //!< null: host memory
   const device_powersgd_phases* powersgd_phases = nullptr;  //!< device backends only
 };
+
+//! The buffers of one call, named for messages.
+using named_buffers = std::initializer_list<std::pair<const void*, const char*>>;
+
+//! Where a call's buffers must live. On a device backend (`on_device`) each must be memory
+//! that backend works on; on a host backend none may be device-only memory (host code
+//! would fault on it; the automatic choice looks at one pointer only). `who` starts the
+//! message, e.g. "powersgd".
+status check_buffer_memory(bool on_device, named_buffers buffers, std::string_view who);
 
 const backend_table& reference_backend() noexcept;
 //! Null when the backend is not built (or, for CUDA, no device is present).

@@ -16,6 +16,33 @@
 #include "gradcodec/powersgd.hpp"
 
 namespace gradcodec {
+
+namespace detail {
+
+status check_buffer_memory(bool on_device, named_buffers buffers, std::string_view who) {
+  const backend_table* g = cuda_backend();
+  if (g == nullptr || g->device == nullptr) return {};  // no device: all memory is host's
+  for (const auto& [ptr, what] : buffers) {
+    if (ptr == nullptr) continue;
+    if (on_device && !g->device->owns(ptr))
+      return {status_code::invalid_argument,
+              std::string(who)
+                  .append(" on cuda: the ")
+                  .append(what)
+                  .append(" is not device memory (cudaMalloc or managed)")};
+    if (!on_device && g->device->device_only(ptr))
+      return {
+          status_code::invalid_argument,
+          std::string(who)
+              .append(" on the host: the ")
+              .append(what)
+              .append(" is device memory (pass backend::cuda with every buffer on the device)")};
+  }
+  return {};
+}
+
+}  // namespace detail
+
 namespace {
 
 using detail::backend_table;
@@ -109,28 +136,8 @@ bool any_nonfinite(const_tensor_view v) {
   return false;
 }
 
-//! A device backend works on device memory only: every buffer of the call must be some.
-//! A host backend dereferences every buffer: none may be device-only memory (automatic
-//! picks by one pointer, so a host input with a device output would otherwise reach here).
-status check_device_buffers(const picked_ops& p,
-                            std::initializer_list<std::pair<const void*, const char*>> buffers) {
-  if (p.device == nullptr) {
-    const backend_table* g = detail::cuda_backend();
-    if (g == nullptr || g->device == nullptr) return {};
-    for (const auto& [ptr, what] : buffers)
-      if (ptr != nullptr && g->device->device_only(ptr))
-        return invalid(std::string("a host backend got device memory: the ")
-                           .append(what)
-                           .append(" is on a GPU while the call runs on the host (pass "
-                                   "backend::cuda with every buffer on the device)"));
-    return {};
-  }
-  for (const auto& [ptr, what] : buffers)
-    if (ptr != nullptr && !p.device->owns(ptr))
-      return invalid(std::string("backend cuda: the ")
-                         .append(what)
-                         .append(" is not device memory (cudaMalloc or managed)"));
-  return {};
+status check_device_buffers(const picked_ops& p, detail::named_buffers buffers) {
+  return detail::check_buffer_memory(p.device != nullptr, buffers, "codec");
 }
 
 //! nonfinite=error scans the input on the host before encoding; device memory cannot be.
@@ -384,12 +391,9 @@ status decode_common(const_bytes frame, tensor_view out, float alpha, bool accum
     return {status_code::backend_unavailable, "backend 'cuda' is not available"};
   if (dev != nullptr && frame.data() != nullptr && !dev->device->owns(frame.data()))
     return invalid("backend cuda: the frame is not device memory (cudaMalloc or managed)");
-  if (const backend_table* g = detail::cuda_backend();
-      dev == nullptr && g != nullptr && g->device != nullptr && frame.data() != nullptr &&
-      g->device->device_only(frame.data()))
-    return invalid(
-        "a host backend got device memory: the frame is on a GPU while the call "
-        "runs on the host (pass backend::cuda with every buffer on the device)");
+  if (dev == nullptr)  // the header is read on the host next
+    if (auto st = detail::check_buffer_memory(false, {{frame.data(), "frame"}}, "codec"); !st.ok())
+      return st;
   auto hdr = dev != nullptr && frame.size() > 0 ? dev->device->read_header(frame, opt.stream)
                                                 : peek(frame);
   if (!hdr) return hdr.error();

@@ -213,29 +213,16 @@ struct phase_target {
 };
 
 phase_target target_of(const codec_spec* spec, const exec_options& opt, const void* first,
-                       std::initializer_list<std::pair<const void*, const char*>> arrays) {
+                       detail::named_buffers arrays) {
   const detail::backend_table* g = detail::cuda_backend();
   const bool want =
       opt.where == backend::cuda || (opt.where == backend::automatic && g != nullptr &&
                                      g->device != nullptr && g->device->owns(first));
-  if (!want) {
-    // The host kernels dereference every array: none may be device-only memory.
-    if (g != nullptr && g->device != nullptr)
-      for (const auto& [ptr, what] : arrays)
-        if (ptr != nullptr && g->device->device_only(ptr))
-          return {nullptr, invalid(std::string("powersgd on the host: ")
-                                       .append(what)
-                                       .append(" is device memory (pass every array on the "
-                                               "device, or backend::cuda)"))};
-    return {};
-  }
+  if (!want) return {nullptr, detail::check_buffer_memory(false, arrays, "powersgd")};
   if (g == nullptr || g->powersgd_phases == nullptr)
     return {nullptr, {status_code::backend_unavailable, "backend 'cuda' is not available"}};
-  for (const auto& [ptr, what] : arrays)
-    if (ptr != nullptr && !g->device->owns(ptr))
-      return {nullptr, invalid(std::string("powersgd on cuda: ")
-                                   .append(what)
-                                   .append(" is not device memory (cudaMalloc or managed)"))};
+  if (auto st = detail::check_buffer_memory(true, arrays, "powersgd"); !st.ok())
+    return {nullptr, st};
   if (spec != nullptr && spec->nonfinite == nonfinite_policy::error)
     return {nullptr, invalid("powersgd on cuda: nonfinite=error needs a host scan of the input; "
                              "use nonfinite=propagate")};
