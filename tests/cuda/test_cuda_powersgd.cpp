@@ -24,12 +24,6 @@ using namespace gc::test;
 
 namespace {
 
-std::vector<std::byte> bytes_of(const std::vector<float>& v) {
-  std::vector<std::byte> b(v.size() * 4);
-  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
 std::span<float> floats(const device_bytes& d, std::size_t count) {
   return {reinterpret_cast<float*>(d.ptr), count};
 }
@@ -77,7 +71,7 @@ void check_phases(matrix_shape sh, gc::dtype grad_type, gc::dtype out_type, int 
   const gc::context ctx{11, 0, 7};
 
   std::vector<float> q(cols * r), p(rows * r), res = gaussian(n, 3, 0.1f);
-  device_bytes dq(q.size() * 4), dp(p.size() * 4), dres(bytes_of(res));
+  device_bytes dq(q.size() * 4), dp(p.size() * 4), dres(tensor(res, gc::dtype::f32).bytes);
   ASSERT_TRUE(gc::powersgd_init_q(spec, ctx, rows, cols, q).ok());
   ASSERT_TRUE(gc::powersgd_init_q(spec, ctx, rows, cols, floats(dq, q.size()), on_gpu).ok());
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
@@ -138,8 +132,7 @@ TEST(CudaPowersgdPhases, BadCallsAreRefusedBeforeAnythingIsQueued) {
   const std::uint64_t rows = 8, cols = 6, n = rows * cols;
   gc::exec_options on_gpu;
   on_gpu.where = gc::backend::cuda;
-  const std::vector<float> zeros_q(cols * 2, 0.0f);
-  device_bytes dq(bytes_of(zeros_q)), dp(rows * 2 * 4), dres(n * 4, 0), dg(n * 4, 0);
+  device_bytes dq(cols * 2 * 4, 0), dp(rows * 2 * 4), dres(n * 4, 0), dg(n * 4, 0);
   std::vector<float> host_q(cols * 2);
   // a host array on the CUDA backend
   auto st = gc::powersgd_init_q(spec, {}, rows, cols, host_q, on_gpu);
