@@ -54,7 +54,8 @@ std::string_view reason_text(local_reason r) noexcept {
   return "unknown reason";
 }
 
-status agree(communicator& c, const agreement& a, phase_times* times) {
+status agree(communicator& c, memory_ops& mem, buffer& staging, const agreement& a,
+             phase_times* times) {
   timer t(times, &phase_times::agree_s);
   constexpr int total = field_count + 1;
   std::uint64_t v[2 * total];
@@ -66,8 +67,12 @@ status agree(communicator& c, const agreement& a, phase_times* times) {
     times->bytes_received += sizeof v;
     times->collectives += 1;
   }
-  if (auto st = c.allreduce(v, v, 2 * total, element_type::u64, reduce_op::max); !st.ok())
+  // Through the communicator's memory (a device buffer for NCCL).
+  std::byte* at = staging.reserve(sizeof v, mem);
+  if (auto st = mem.upload(at, v, sizeof v); !st.ok()) return st;
+  if (auto st = c.allreduce(at, at, 2 * total, element_type::u64, reduce_op::max); !st.ok())
     return st;
+  if (auto st = mem.download(v, at, sizeof v); !st.ok()) return st;
   const std::uint64_t failure = ~v[total + field_count];  // the minimum: lowest failing rank
   if (failure != ~std::uint64_t{0}) {
     const std::uint64_t rank = failure >> 16;

@@ -27,94 +27,114 @@ class allgather_program final : public program {
   static std::uint64_t capacity(const run& r, const segment& g) {
     return encode_bound(r.cfg.spec, g.len, r.in.type, g.rows);
   }
+  //! A block: the header and the frame's capacity, padded.
+  static std::uint64_t block_of(const run& r, const segment& g) {
+    return block_header + padded(capacity(r, g));
+  }
 
   status start(run& r, std::uint64_t i, slot& s) {
     const segment g = r.seg(i);
-    const std::uint64_t cap = capacity(r, g);
+    const std::uint64_t cap = capacity(r, g), block = block_of(r, g);
     const auto w = static_cast<std::uint64_t>(r.world);
-    std::byte* send = s.send.reserve(block_header + cap);
+    std::byte* send = s.send.reserve(block, r.mem);
     std::uint64_t bytes = 0;
     if (!r.failed()) {
       timer t(r.times, &phase_times::encode_s);
       const const_tensor_view in = slice(r.in, g.offset, g.len, g.rows);
       const context fctx = frame_context(r, role_worker, i, 0);
-      const tensor_view res = r.error_feedback
-                                  ? f32_view(r.st.worker_residual.data() + g.offset, g.len, g.rows)
-                                  : tensor_view{};
+      const tensor_view res =
+          r.error_feedback ? f32_view(r.worker_residual + g.offset, g.len, g.rows) : tensor_view{};
       bytes = encode_frame(r, fctx, in, res, {send + block_header, cap});
     }
     if (r.failed()) bytes = 0;
-    put_block(send, r.poison, bytes);
+    if (auto st = put_block(r, send, r.poison, bytes); !st.ok()) return st;
     if (!variable(r)) {
-      std::byte* recv = s.recv.reserve(w * (block_header + cap));
-      count_traffic(r, block_header + cap, w * (block_header + cap));
+      std::byte* recv = s.recv.reserve(w * block, r.mem);
+      count_traffic(r, block, w * block);
       timer t(r.times, &phase_times::comm_s);
-      return r.comm.iallgather(send, block_header + cap, recv, s.req);
+      return r.comm.iallgather(send, block, recv, s.req);
     }
     // Variable size: the headers go first, then exactly the announced bytes.
-    s.headers_in.resize(w * block_header);
+    std::byte* headers = s.headers.reserve(w * block_header, r.mem);
     {
       timer t(r.times, &phase_times::comm_s);
       count_traffic(r, block_header, w * block_header);
-      if (auto st = r.comm.allgather(send, block_header, s.headers_in.data()); !st.ok()) return st;
+      if (auto st = r.comm.allgather(send, block_header, headers); !st.ok()) return st;
     }
-    s.recv_sizes.assign(w, 0);
+    s.offsets.resize(w);
+    for (std::uint64_t q = 0; q < w; ++q) s.offsets[q] = q * block_header;
+    const std::uint64_t caps[] = {cap};
+    if (auto st = read_blocks(r, headers, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
+    s.recv_sizes.resize(w);
     std::uint64_t total = 0;
-    for (std::uint64_t q = 0; q < w; ++q) {
-      s.recv_sizes[q] = read_block(r, s.headers_in.data() + q * block_header, cap);
-      total += s.recv_sizes[q];
-    }
-    std::byte* recv = s.recv.reserve(total + 1);
-    count_traffic(r, bytes, total);
+    for (std::uint64_t q = 0; q < w; ++q) total += s.recv_sizes[q] = padded(s.frame_bytes[q]);
+    std::byte* recv = s.recv.reserve(total + 1, r.mem);
+    count_traffic(r, padded(bytes), total);
     timer t(r.times, &phase_times::comm_s);
-    return r.comm.iallgatherv(send + block_header, bytes, recv, s.recv_sizes, s.req);
+    return r.comm.iallgatherv(send + block_header, padded(bytes), recv, s.recv_sizes, s.req);
   }
 
   status finish(run& r, std::uint64_t i, slot& s) {
     if (auto st = wait(r, s.req); !st.ok()) return st;
     const segment g = r.seg(i);
-    const std::uint64_t cap = capacity(r, g);
+    const std::uint64_t cap = capacity(r, g), block = block_of(r, g);
     const auto w = static_cast<std::uint64_t>(r.world);
     // Locate the frames (reading every header first: an error word anywhere stops all).
     auto& off = s.offsets;
     auto& len = s.lengths;
     off.assign(w, 0);
-    len.assign(w, 0);
-    std::uint64_t at = 0;
-    for (std::uint64_t q = 0; q < w; ++q) {
-      if (variable(r)) {
-        off[q] = at;
-        len[q] = s.recv_sizes[q];
-        at += len[q];
-      } else {
-        off[q] = q * (block_header + cap) + block_header;
-        len[q] = read_block(r, s.recv.data() + q * (block_header + cap), cap);
-      }
+    if (variable(r)) {
+      len = s.frame_bytes;
+      for (std::uint64_t q = 1; q < w; ++q) off[q] = off[q - 1] + s.recv_sizes[q - 1];
+    } else {
+      for (std::uint64_t q = 0; q < w; ++q) off[q] = q * block;
+      const std::uint64_t caps[] = {cap};
+      if (auto st = read_blocks(r, s.recv.data(), off, caps, len); !st.ok()) return st;
+      for (std::uint64_t q = 0; q < w; ++q) off[q] += block_header;
     }
     if (r.failed()) return {};
     timer t(r.times, &phase_times::decode_s);
-    if (vote_) {
-      auto& frames = r.ws.frames;
-      frames.clear();
-      for (std::uint64_t q = 0; q < w; ++q) frames.emplace_back(s.recv.data() + off[q], len[q]);
-      if (auto st = sign_majority_vote(frames, slice(r.out, g.offset, g.len), 1.0f); !st.ok())
-        r.fail(st);
-      return {};
-    }
+    if (vote_) return vote(r, g, s);
     const bool direct = r.out.type == dtype::f32;
-    float* acc =
-        direct ? static_cast<float*>(r.out.data) + g.offset : r.ws.accum.as<float>(g.len + 1);
-    for (std::uint64_t j = 0; j < g.len; ++j) acc[j] = 0.0f;
+    float* acc = direct ? static_cast<float*>(r.out.data) + g.offset
+                        : r.ws.accum.as<float>(g.len + 1, r.mem);
+    if (auto st = r.mem.zero(acc, g.len * 4); !st.ok()) return st;
     const tensor_view accv = f32_view(acc, g.len, g.rows);
     auto ws = codec_scratch(r, r.cfg.spec, accv, operation::decode_accumulate);
     for (std::uint64_t q = 0; q < w && !r.failed(); ++q) {
       const const_bytes frame{s.recv.data() + off[q], len[q]};
       if (auto st = decode_accumulate(frame, accv, r.alpha, r.exec(ws)); !st.ok()) r.fail(st);
     }
-    if (r.failed()) return {};
-    if (!direct)
-      for (std::uint64_t j = 0; j < g.len; ++j) store(r.out, g.offset + j, acc[j]);
-    return {};
+    if (r.failed() || direct) return {};
+    return r.mem.from_f32(acc, slice(r.out, g.offset, g.len));
+  }
+
+  //! The vote runs on the host: device frames and the result are copied across.
+  static status vote(run& r, const segment& g, slot& s) {
+    const auto w = static_cast<std::uint64_t>(r.world);
+    const bool host = r.mem.space() == memory_space::host;
+    const std::byte* frames_at = s.recv.data();
+    const std::uint64_t total = s.offsets[w - 1] + s.lengths[w - 1];
+    const std::uint64_t out_bytes = g.len * dtype_size(r.out.type);
+    const std::uint64_t frames_offset = (out_bytes + 63) / 64 * 64;  // the result first, aligned
+    if (!host) {
+      r.ws.host.resize(frames_offset + total);
+      if (auto st = r.mem.download(r.ws.host.data() + frames_offset, frames_at, total); !st.ok())
+        return st;
+      frames_at = r.ws.host.data() + frames_offset;
+    }
+    auto& frames = r.ws.frames;
+    frames.clear();
+    for (std::uint64_t q = 0; q < w; ++q)
+      frames.emplace_back(frames_at + s.offsets[q], s.lengths[q]);
+    const tensor_view dst =
+        host ? slice(r.out, g.offset, g.len) : tensor_view{r.ws.host.data(), g.len, r.out.type, 0};
+    if (auto st = sign_majority_vote(frames, dst, 1.0f); !st.ok()) {
+      r.fail(st);
+      return {};
+    }
+    if (host) return {};
+    return r.mem.upload(slice(r.out, g.offset, g.len).data, dst.data, out_bytes);
   }
 
   bool vote_;

@@ -97,6 +97,7 @@ bool overlap_ok(const_tensor_view in, tensor_view out) {
 //! The checks every rank makes on its own arguments; the first failing one.
 std::optional<std::pair<local_reason, status>> check_local(const allreduce_config& cfg,
                                                            const_tensor_view in, tensor_view out,
+                                                           const memory_ops& mem,
                                                            result<strategy>& how) {
   auto bad = [](local_reason r, status s) { return std::optional{std::pair{r, std::move(s)}}; };
   if (auto st = validate(cfg.spec); !st.ok()) return bad(local_reason::invalid_spec, st);
@@ -112,6 +113,11 @@ std::optional<std::pair<local_reason, status>> check_local(const allreduce_confi
                {status_code::invalid_argument,
                 "allreduce: in and out need equal n, valid dtypes, data, rows dividing n, "
                 "and no partial overlap"});
+  if (in.n > 0 && (!mem.accessible(in.data) || !mem.accessible(out.data)))
+    return bad(local_reason::bad_views,
+               {status_code::invalid_argument,
+                "allreduce: in and out must be in the communicator's memory (device memory "
+                "for a device communicator)"});
   if (auto st = check_slots(cfg.tensors, in.n); !st.ok()) return bad(local_reason::bad_tensors, st);
   return std::nullopt;
 }
@@ -147,24 +153,29 @@ agreement fields_of(const allreduce_config& cfg, strategy how, const context& ct
 status entry(communicator& world, const hierarchy* h, const allreduce_config& cfg,
              const context& ctx, const_tensor_view in, tensor_view out, allreduce_state& state,
              workspace& ws, phase_times* times) {
-  // Every rank of a communicator has the same memory space, so this refusal needs no
-  // agreement (which itself exchanges host memory).
-  const auto on_host = [](const communicator* c) {
-    return c == nullptr || c->memory() == memory_space::host;
-  };
-  if (!on_host(&world) || (h != nullptr && (!on_host(h->intra.get()) || !on_host(h->inter.get()))))
-    return {status_code::invalid_argument,
-            "allreduce: the strategies run on host memory; this communicator needs device buffers"};
+  // Every rank of a communicator has the same memory, so this refusal needs no agreement.
+  memory_ops* mem = world.memory_services();
+  if (mem == nullptr)
+    return {status_code::backend_unavailable,
+            std::string("allreduce: this build cannot run the strategies on the memory of the '")
+                .append(world.name())
+                .append("' communicator (a device communicator needs the CUDA backend)")};
   result<strategy> how = strategy::allgather;
-  auto failure = check_local(cfg, in, out, how);
+  auto failure = check_local(cfg, in, out, *mem, how);
   const strategy resolved = how ? how.value() : strategy::automatic;
 
   // The communicator the compressed stage runs over, and this rank's role in it.
   communicator* stage = &world;
   state_role role = state_role::flat;
   if (h != nullptr) {
-    const bool consistent =
-        h->world == &world && h->intra != nullptr && (h->leader() == (h->inter != nullptr));
+    // Both levels must use the world's memory: the node sum feeds the leaders' stage.
+    const auto same_memory = [&](communicator* c) {
+      memory_ops* m = c == nullptr ? mem : c->memory_services();
+      return m != nullptr && m->space() == mem->space() && m->device() == mem->device();
+    };
+    const bool consistent = h->world == &world && h->intra != nullptr &&
+                            (h->leader() == (h->inter != nullptr)) && same_memory(h->intra.get()) &&
+                            same_memory(h->inter.get());
     if (!consistent && !failure)
       failure = std::pair{local_reason::bad_hierarchy, status{status_code::invalid_argument,
                                                               "allreduce: inconsistent hierarchy"}};
@@ -174,7 +185,7 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
   std::optional<run> r;
   const std::uint64_t fp = config_fingerprint(cfg, resolved, in.n, in.rows, role);
   if (!failure && stage != nullptr) {
-    r.emplace(run{*stage, cfg, resolved, ctx, in, out, state, ws.get(), times});
+    r.emplace(run{*stage, cfg, resolved, ctx, in, out, state, ws.get(), times, *mem});
     configure(*r, h == nullptr && cfg.average);
     if (state.initialized() && !state_matches(*r, role, fp))
       failure = std::pair{local_reason::state_mismatch,
@@ -187,11 +198,13 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
     if (failure)
       a.local_failure = (static_cast<std::uint64_t>(world.rank()) << 16) |
                         static_cast<std::uint64_t>(failure->first);
-    if (auto st = agree(world, a, times); !st.ok()) return st;
+    if (auto st = agree(world, *mem, ws.get().words, a, times); !st.ok()) return st;
   } else if (failure) {
     return failure->second;
   }
   if (!state.initialized()) init_state(*r, role, fp);
+  // A failure to move the state into this memory travels in the block headers.
+  if (auto st = place_state(*r); !st.ok()) r->fail(st);
 
   status result;
   if (h == nullptr) {
@@ -199,10 +212,10 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
   } else {
     // 1. Sum the node's gradients (weighted 1/W_world for the mean) into the leader's buffer.
     const float alpha = cfg.average ? 1.0f / static_cast<float>(world.size()) : 1.0f;
-    run ri{*h->intra, cfg, resolved, ctx, in, out, state, ws.get(), times};
+    run ri{*h->intra, cfg, resolved, ctx, in, out, state, ws.get(), times, *mem};
     configure(ri, false);
     ri.reported_rank = world.rank();
-    float* node = ws.get().node.as<float>(in.n + 1);
+    float* node = ws.get().node.as<float>(in.n + 1, *mem);
     if (auto st = dense_reduce_to_root(ri, in, node, alpha, 0); !st.ok()) return st;
     // 2. The leaders run the compressed allreduce (a sum) over the node sums. A leader
     // whose node failed still takes part, carrying the error word to the other leaders.
@@ -220,7 +233,10 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
     // 3. The leader broadcasts its outcome, then the result.
     {
       timer t(times, &phase_times::comm_s);
-      if (auto st = h->intra->broadcast(&word, sizeof word, 0); !st.ok()) return st;
+      std::byte* at = ws.get().words.reserve(sizeof word, *mem);
+      if (auto st = mem->upload(at, &word, sizeof word); !st.ok()) return st;
+      if (auto st = h->intra->broadcast(at, sizeof word, 0); !st.ok()) return st;
+      if (auto st = mem->download(&word, at, sizeof word); !st.ok()) return st;
     }
     if (word != 0) {
       if (!ri.local.ok()) return ri.local;
@@ -235,7 +251,7 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
       }
       if (auto st = h->intra->broadcast(node, in.n * 4, 0); !st.ok()) return st;
     }
-    for (std::uint64_t j = 0; j < in.n; ++j) store(out, j, node[j]);
+    if (auto st = mem->from_f32(node, out); !st.ok()) return st;
     result = leader_status;
   }
   if (result.ok()) ++state.steps;
@@ -266,16 +282,18 @@ status allreduce_tensors(communicator& comm, const allreduce_config& cfg, const 
   slots.resize(tensors.size());
   std::vector<const_tensor_view> views(tensors.begin(), tensors.end());
   const std::uint64_t n = plan_bucket(views, slots);
-  float* flat = w.flat.as<float>(n + 1);
+  memory_ops* mem = comm.memory_services();
+  if (mem == nullptr) return allreduce(comm, cfg, ctx, {}, {}, state, ws, times);  // its refusal
+  float* flat = w.flat.as<float>(n + 1, *mem);
   const tensor_view fv{flat, n, dtype::f32, 0};
   // A packing error is local: it goes through the agreement as bad input so no rank hangs.
-  status packed = pack_bucket(views, slots, fv);
+  status packed = pack_bucket(views, slots, fv, *mem);
   allreduce_config c = cfg;
   c.tensors = slots;
   const tensor_view target = packed.ok() ? fv : tensor_view{nullptr, n, dtype::f32, 0};
   if (auto st = allreduce(comm, c, ctx, target, target, state, ws, times); !st.ok())
     return packed.ok() ? st : packed;
-  return unpack_bucket(fv, slots, tensors);
+  return unpack_bucket(fv, slots, tensors, *mem);
 }
 
 }  // namespace gradcodec::comm

@@ -42,18 +42,41 @@ status check_slots(std::span<const tensor_slot> slots, std::uint64_t n) noexcept
   return {};
 }
 
-status pack_bucket(std::span<const const_tensor_view> tensors, std::span<const tensor_slot> slots,
-                   tensor_view flat) noexcept {
+namespace {
+
+//! The checks pack and unpack share: one slot per tensor, valid slots, matching lengths.
+template <class View>
+status check_tensors(std::span<const View> tensors, std::span<const tensor_slot> slots,
+                     std::uint64_t n, const char* who) {
+  const std::string w(who);
   if (tensors.size() != slots.size())
-    return {status_code::invalid_argument, "pack_bucket: one slot per tensor"};
-  if (auto st = check_slots(slots, flat.n); !st.ok()) return st;
-  std::uint64_t at = 0;
+    return {status_code::invalid_argument, w + ": one slot per tensor"};
+  if (auto st = check_slots(slots, n); !st.ok()) return st;
   for (std::size_t t = 0; t < slots.size(); ++t) {
     if (tensors[t].n != slots[t].n)
-      return {status_code::shape_mismatch, "pack_bucket: tensor and slot differ in n"};
+      return {status_code::shape_mismatch, w + ": tensor and slot differ in n"};
     if (tensors[t].n > 0 && tensors[t].data == nullptr)
-      return {status_code::invalid_argument, "pack_bucket: null tensor"};
+      return {status_code::invalid_argument, w + ": null tensor"};
   }
+  return {};
+}
+
+float* f32_at(tensor_view flat, std::uint64_t i) { return static_cast<float*>(flat.data) + i; }
+const float* f32_at(const_tensor_view flat, std::uint64_t i) {
+  return static_cast<const float*>(flat.data) + i;
+}
+
+status need_f32(dtype t, const char* who) {
+  if (t == dtype::f32) return {};
+  return {status_code::invalid_argument, std::string(who).append(": the flat buffer must be f32")};
+}
+
+}  // namespace
+
+status pack_bucket(std::span<const const_tensor_view> tensors, std::span<const tensor_slot> slots,
+                   tensor_view flat) noexcept {
+  if (auto st = check_tensors(tensors, slots, flat.n, "pack_bucket"); !st.ok()) return st;
+  std::uint64_t at = 0;
   for (std::size_t t = 0; t < slots.size(); ++t) {
     for (; at < slots[t].offset; ++at) store(flat, at, 0.0f);
     for (std::uint64_t j = 0; j < slots[t].n; ++j)
@@ -66,18 +89,35 @@ status pack_bucket(std::span<const const_tensor_view> tensors, std::span<const t
 
 status unpack_bucket(const_tensor_view flat, std::span<const tensor_slot> slots,
                      std::span<const tensor_view> tensors) noexcept {
-  if (tensors.size() != slots.size())
-    return {status_code::invalid_argument, "unpack_bucket: one slot per tensor"};
-  if (auto st = check_slots(slots, flat.n); !st.ok()) return st;
-  for (std::size_t t = 0; t < slots.size(); ++t) {
-    if (tensors[t].n != slots[t].n)
-      return {status_code::shape_mismatch, "unpack_bucket: tensor and slot differ in n"};
-    if (tensors[t].n > 0 && tensors[t].data == nullptr)
-      return {status_code::invalid_argument, "unpack_bucket: null tensor"};
-  }
+  if (auto st = check_tensors(tensors, slots, flat.n, "unpack_bucket"); !st.ok()) return st;
   for (std::size_t t = 0; t < slots.size(); ++t)
     for (std::uint64_t j = 0; j < slots[t].n; ++j)
       store(tensors[t], j, load(flat, slots[t].offset + j));
+  return {};
+}
+
+status pack_bucket(std::span<const const_tensor_view> tensors, std::span<const tensor_slot> slots,
+                   tensor_view flat, memory_ops& m) noexcept {
+  if (auto st = need_f32(flat.type, "pack_bucket"); !st.ok()) return st;
+  if (auto st = check_tensors(tensors, slots, flat.n, "pack_bucket"); !st.ok()) return st;
+  std::uint64_t at = 0;
+  for (std::size_t t = 0; t <= slots.size(); ++t) {
+    const std::uint64_t next = t < slots.size() ? slots[t].offset : flat.n;
+    if (next > at)
+      if (auto st = m.zero(f32_at(flat, at), (next - at) * 4); !st.ok()) return st;
+    if (t == slots.size()) break;
+    if (auto st = m.to_f32(tensors[t], 1.0f, f32_at(flat, next)); !st.ok()) return st;
+    at = next + slots[t].n;
+  }
+  return {};
+}
+
+status unpack_bucket(const_tensor_view flat, std::span<const tensor_slot> slots,
+                     std::span<const tensor_view> tensors, memory_ops& m) noexcept {
+  if (auto st = need_f32(flat.type, "unpack_bucket"); !st.ok()) return st;
+  if (auto st = check_tensors(tensors, slots, flat.n, "unpack_bucket"); !st.ok()) return st;
+  for (std::size_t t = 0; t < slots.size(); ++t)
+    if (auto st = m.from_f32(f32_at(flat, slots[t].offset), tensors[t]); !st.ok()) return st;
   return {};
 }
 

@@ -22,10 +22,11 @@ void workspace::release() noexcept {
 
 std::size_t workspace::impl::bytes() const noexcept {
   std::size_t b = scratch.size() + accum.size() + prescaled.size() + node.size() + flat.size() +
-                  dense_send.size() + dense_recv.size() + values.size();
+                  dense_send.size() + dense_recv.size() + values.size() + words.size() +
+                  host.capacity();
   for (const auto& s : slots)
     b += s.send.size() + s.recv.size() + s.server_send.size() + s.server_recv.size() +
-         s.frame.size();
+         s.frame.size() + s.headers.size();
   return b;
 }
 
@@ -33,13 +34,17 @@ std::size_t workspace::impl::bytes() const noexcept {
 
 namespace gradcodec::comm::detail {
 
-std::byte* buffer::reserve(std::size_t bytes) {
-  if (bytes <= size_ && p_) return p_.get();
+std::byte* buffer::reserve(std::size_t bytes, memory_ops& m) {
+  const bool same = space_ == m.space() && device_ == m.device();
+  if (same && bytes <= size_ && p_) return p_.get();
   // Grow geometrically so a slowly growing need reallocates only a few times.
-  const std::size_t want = std::max<std::size_t>({bytes, size_ + size_ / 2, 64});
-  p_.reset(static_cast<std::byte*>(::operator new (want, std::align_val_t{64})));
-  std::memset(p_.get(), 0, want);
+  const std::size_t want = std::max<std::size_t>({bytes, same ? size_ + size_ / 2 : 0, 64});
+  release();
+  p_ = m.allocate(want);
+  if (!p_) throw std::bad_alloc();
   size_ = want;
+  space_ = m.space();
+  device_ = m.device();
   return p_.get();
 }
 
@@ -130,13 +135,13 @@ status failure_status(std::uint64_t word) {
 
 std::span<std::byte> codec_scratch(run& r, const codec_spec& spec, const_tensor_view shape,
                                    operation op) {
-  auto need = workspace_size(spec, shape, op, {r.cfg.where, {}, nullptr, r.cfg.threads});
+  auto need = workspace_size(spec, shape, op, r.exec({}));
   if (!need) {
     r.fail(need.error());
     return {};
   }
   if (need.value() == 0) return {};
-  return {r.ws.scratch.reserve(need.value()), need.value()};
+  return {r.ws.scratch.reserve(need.value(), r.mem), need.value()};
 }
 
 std::uint64_t encode_frame(run& r, const context& fctx, const_tensor_view in, tensor_view residual,
@@ -182,6 +187,31 @@ std::uint64_t read_block(run& r, const std::byte* at, std::uint64_t capacity) {
     return 0;
   }
   return bytes;
+}
+
+status read_blocks(run& r, const std::byte* base, std::span<const std::uint64_t> offsets,
+                   std::span<const std::uint64_t> capacities, std::vector<std::uint64_t>& lengths) {
+  const std::size_t n = offsets.size();
+  auto& host = r.ws.host;
+  host.resize(n * block_header);
+  bool uniform = n > 0;
+  const std::uint64_t pitch = n > 1 ? offsets[1] - offsets[0] : block_header;
+  for (std::size_t i = 1; i < n && uniform; ++i) uniform = offsets[i] - offsets[i - 1] == pitch;
+  // One strided copy when the blocks are evenly spaced (one wait on a device), else one each.
+  if (uniform) {
+    if (auto st = r.mem.download(host.data(), base + offsets[0], block_header, pitch, n); !st.ok())
+      return st;
+  } else {
+    for (std::size_t i = 0; i < n; ++i)
+      if (auto st = r.mem.download(host.data() + i * block_header, base + offsets[i], block_header);
+          !st.ok())
+        return st;
+  }
+  lengths.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i)
+    lengths[i] = read_block(r, host.data() + i * block_header,
+                            capacities.size() == 1 ? capacities[0] : capacities[i]);
+  return {};
 }
 
 void count_traffic(run& r, std::uint64_t sent, std::uint64_t received) {

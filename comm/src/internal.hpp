@@ -15,18 +15,20 @@
 #include <string>
 #include <vector>
 
+#include "element_ops.hpp"
 #include "gradcodec/blocks/bytes.hpp"
-#include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/comm/allreduce.hpp"
 
 namespace gradcodec::comm::detail {
 
 // --- memory ------------------------------------------------------------------------------
 
-//! A 64-byte aligned buffer that only grows; new bytes are zero, old contents are not kept.
+//! A 64-byte aligned buffer in a communicator's memory that only grows; new bytes are
+//! zero, old contents are not kept. It is remade when asked for in another memory.
 class buffer {
  public:
-  std::byte* reserve(std::size_t bytes);
+  //! Throws std::bad_alloc when the memory has no room, as host allocation does.
+  std::byte* reserve(std::size_t bytes, memory_ops& m);
   [[nodiscard]] std::byte* data() const noexcept { return p_.get(); }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
   void release() noexcept {
@@ -34,24 +36,25 @@ class buffer {
     size_ = 0;
   }
   template <class T>
-  T* as(std::size_t count) {
-    return reinterpret_cast<T*>(reserve(count * sizeof(T)));
+  T* as(std::size_t count, memory_ops& m) {
+    return reinterpret_cast<T*>(reserve(count * sizeof(T), m));
   }
 
  private:
-  struct free_aligned {
-    void operator()(std::byte* p) const noexcept { ::operator delete (p, std::align_val_t{64}); }
-  };
-  std::unique_ptr<std::byte, free_aligned> p_;
+  memory_ops::block p_;
   std::size_t size_ = 0;
+  memory_space space_ = memory_space::host;
+  int device_ = -1;
 };
 
 //! Buffers of one in-flight segment of the pipeline.
 struct slot {
   buffer send, recv, server_send, server_recv, frame;
+  buffer headers;  // header exchanges of variable-size frames (the communicator's memory)
   std::vector<std::uint64_t> send_sizes, recv_sizes, server_sizes;
   std::vector<std::uint64_t> offsets, lengths;  // where the received frames are
   std::vector<std::uint64_t> announced;         // frame bytes this rank sends per destination
+  std::vector<std::uint64_t> frame_bytes;       // variable size: frame bytes of each received block
   std::vector<std::byte> headers_out, headers_in;
   request req;
 };
@@ -60,6 +63,14 @@ struct slot {
 
 namespace gradcodec::comm {
 
+//! The arrays of a device-resident state (allreduce_state::device).
+struct device_arrays {
+  memory_ops::block worker, server, q;
+  state_lengths n;
+  int device = -1;
+  memory_ops::host_copy_fn download = nullptr;
+};
+
 struct workspace::impl {
   detail::buffer scratch;  // codec workspace (exec_options::workspace)
   detail::buffer accum;    // f32 accumulator of the chunk or segment being reduced
@@ -67,12 +78,14 @@ struct workspace::impl {
   detail::buffer node;  // hierarchical: the node's sum, then the result
   detail::buffer flat;  // allreduce_tensors: the packed bucket
   detail::buffer dense_send, dense_recv;
-  detail::buffer values;  // powersgd: P and the dense tensors
+  detail::buffer values;        // powersgd: P and the dense tensors
+  detail::buffer words;         // the agreement's fields, the hierarchy's outcome word
+  std::vector<std::byte> host;  // host copies: block headers, vote frames and result
   std::vector<detail::slot> slots;
   std::vector<const_bytes> frames;        // majority vote: the received frames
   std::vector<tensor_slot> pieces;        // segments of the tensor cover (powersgd)
   std::vector<tensor_slot> bucket_slots;  // allreduce_tensors
-  std::vector<std::uint64_t> sizes_a, sizes_b;
+  std::vector<std::uint64_t> sizes_a, sizes_b, lengths;
 
   [[nodiscard]] std::size_t bytes() const noexcept;
 };
@@ -83,22 +96,8 @@ namespace gradcodec::comm::detail {
 
 // --- element access ----------------------------------------------------------------------
 
-inline float load(const_tensor_view v, std::uint64_t i) {
-  switch (v.type) {
-    case dtype::f32: return static_cast<const float*>(v.data)[i];
-    case dtype::f16: return blocks::f16_to_f32(static_cast<const std::uint16_t*>(v.data)[i]);
-    case dtype::bf16: return blocks::bf16_to_f32(static_cast<const std::uint16_t*>(v.data)[i]);
-  }
-  return 0.0f;
-}
-
-inline void store(tensor_view v, std::uint64_t i, float x) {
-  switch (v.type) {
-    case dtype::f32: static_cast<float*>(v.data)[i] = x; break;
-    case dtype::f16: static_cast<std::uint16_t*>(v.data)[i] = blocks::f32_to_f16(x); break;
-    case dtype::bf16: static_cast<std::uint16_t*>(v.data)[i] = blocks::f32_to_bf16(x); break;
-  }
-}
+inline float load(const_tensor_view v, std::uint64_t i) { return load_value(v.data, v.type, i); }
+inline void store(tensor_view v, std::uint64_t i, float x) { store_value(v.data, v.type, i, x); }
 
 inline const_tensor_view slice(const_tensor_view v, std::uint64_t begin, std::uint64_t n,
                                std::uint64_t rows = 0) {
@@ -165,6 +164,7 @@ struct run {
   allreduce_state& st;
   workspace::impl& ws;
   phase_times* times;
+  memory_ops& mem;  // where the communicator's buffers live (and in, out and the state)
   int world = 1, me = 0;
   int reported_rank = 0;  // the rank error words name (the world rank in a hierarchy)
   int mean_over = 1;      // W for the mean, 1 for the sum
@@ -173,6 +173,10 @@ struct run {
   bool error_feedback = true;
   std::uint64_t unit = 1, seg_len = 0, segments = 0;
   std::span<const tensor_slot> pieces{};  // when set, segment i is pieces[i]
+  // The state's arrays, wherever they live (set once the state is ready).
+  float* worker_residual = nullptr;
+  float* server_residual = nullptr;
+  float* q = nullptr;
 
   status local{};            // the first failure on this rank
   std::uint64_t poison = 0;  // error word of the lowest failing rank seen (0 = none)
@@ -184,7 +188,7 @@ struct run {
   void note(std::uint64_t word) noexcept;
   [[nodiscard]] segment seg(std::uint64_t i) const noexcept;
   [[nodiscard]] exec_options exec(std::span<std::byte> scratch) const noexcept {
-    return {cfg.where, scratch, nullptr, cfg.threads};
+    return {mem.codec_backend(cfg.where), scratch, mem.stream(), cfg.threads};
   }
   //! The status the call returns once the collectives are done.
   [[nodiscard]] status outcome() const;
@@ -214,13 +218,22 @@ context frame_context(const run& r, std::uint64_t role, std::uint64_t segment, s
 //! Every block on the wire starts with 16 bytes: the sender's error word (0 = fine) and
 //! the frame's length in bytes (the block may be padded beyond it).
 inline constexpr std::uint64_t block_header = 16;
-inline void put_block(std::byte* at, std::uint64_t word, std::uint64_t bytes) {
-  put<std::uint64_t>(at, word);
-  put<std::uint64_t>(at + 8, bytes);
+//! Frames travel padded to a multiple of 16 bytes so that each starts 16-byte aligned in
+//! a receive buffer (the CUDA kernels require it; device allocations give 256).
+inline constexpr std::uint64_t frame_align = 16;
+constexpr std::uint64_t padded(std::uint64_t bytes) {
+  return (bytes + frame_align - 1) / frame_align * frame_align;
 }
-//! Reads a block header, noting an error word; returns the frame length (0 on error or
-//! when it exceeds the block's capacity).
+inline status put_block(run& r, std::byte* at, std::uint64_t word, std::uint64_t bytes) {
+  return r.mem.put_words(at, word, bytes);
+}
+//! Reads a block header (in host memory), noting an error word; returns the frame length
+//! (0 on error or when it exceeds the block's capacity).
 std::uint64_t read_block(run& r, const std::byte* at, std::uint64_t capacity);
+//! Copies to the host the headers of the blocks at base + offsets[i], then reads them
+//! into lengths[i] (capacities[i] each; one capacity for all when it has one entry).
+status read_blocks(run& r, const std::byte* base, std::span<const std::uint64_t> offsets,
+                   std::span<const std::uint64_t> capacities, std::vector<std::uint64_t>& lengths);
 
 // --- timed collectives -----------------------------------------------------------------------
 
@@ -294,7 +307,9 @@ struct agreement {
   std::uint64_t fields[17] = {};
   std::uint64_t local_failure = ~std::uint64_t{0};  // (rank << 16) | reason, or all ones
 };
-status agree(communicator& c, const agreement& a, phase_times* times);
+//! The allreduce runs through `staging` in the communicator's memory `mem`.
+status agree(communicator& c, memory_ops& mem, buffer& staging, const agreement& a,
+             phase_times* times);
 
 //! Reason codes a rank reports in the agreement when its own checks fail.
 enum class local_reason : std::uint16_t {
@@ -321,5 +336,8 @@ state_sizes expected_sizes(const run& r, state_role role);
 void init_state(run& r, state_role role, std::uint64_t fingerprint);
 //! Whether an initialized state belongs to this run.
 bool state_matches(const run& r, state_role role, std::uint64_t fingerprint);
+//! Moves the state's arrays into the run's memory when they are elsewhere, and points
+//! the run at them.
+status place_state(run& r);
 
 }  // namespace gradcodec::comm::detail

@@ -8,6 +8,10 @@
 #include <string>
 #include <thread>
 
+#if defined(GRADCODEC_NCCL_DEVICE_MEMORY)
+#include "cuda_memory.hpp"
+#endif
+
 namespace gradcodec::comm {
 
 namespace {
@@ -66,6 +70,17 @@ status nccl_communicator::create(ncclComm_t comm, cudaStream_t stream, bool owne
     return c->nccl_failed(r, "ncclCommCount");
   if (cudaError_t e = cudaMalloc(&c->scratch_, 4); e != cudaSuccess)
     return cuda_failed(e, "cudaMalloc");
+#if defined(GRADCODEC_NCCL_DEVICE_MEMORY)
+  int device = 0;
+  if (ncclResult_t r = ncclCommCuDevice(comm, &device); r != ncclSuccess)
+    return c->nccl_failed(r, "ncclCommCuDevice");
+  // The buffer services wait like wait() does: polling, with asynchronous errors seen.
+  c->memory_ = std::make_unique<detail::cuda_memory>(stream, device, [raw = c.get()]() -> status {
+    request req;
+    if (auto st = raw->track(req); !st.ok()) return st;
+    return raw->wait(req);
+  });
+#endif
   c->owned_ = owned;
   out = std::move(c);
   return {};

@@ -52,9 +52,10 @@ status run_powersgd_dense(run& r) {
       dense_total += g.len;
     }
   }
-  float* values = r.ws.values.as<float>(p_total + dense_total + 1);
-  float* q = r.st.q.data();
-  float* residual = r.st.worker_residual.data();
+  float* values = r.ws.values.as<float>(p_total + dense_total + 1, r.mem);
+  float* q = r.q;
+  float* residual = r.worker_residual;
+  const exec_options opt = r.exec({});
 
   auto for_each = [&](auto&& fn) {
     std::uint64_t p_at = 0, q_at = 0, d_at = p_total;
@@ -78,17 +79,19 @@ status run_powersgd_dense(run& r) {
     for_each([&](std::uint64_t ti, const segment& g, const factor& f, std::uint64_t p_at,
                  std::uint64_t q_at, std::uint64_t d_at) {
       if (!f.compressed) {
-        for (std::uint64_t j = 0; j < g.len; ++j) values[d_at + j] = load(r.in, g.offset + j);
+        if (auto st = r.mem.to_f32(slice(r.in, g.offset, g.len), 1.0f, values + d_at); !st.ok())
+          r.fail(st);
         return;
       }
       const std::span<float> qs{q + q_at, f.cols * f.rank};
       if (!r.st.q_ready) {
         const context tctx = derive(r.ctx, role_tensor, ti, 0, shared_rank);
-        if (auto st = powersgd_init_q(spec, tctx, f.rows, f.cols, qs); !st.ok()) return r.fail(st);
+        if (auto st = powersgd_init_q(spec, tctx, f.rows, f.cols, qs, opt); !st.ok())
+          return r.fail(st);
       }
       if (auto st = powersgd_compute_p(spec, slice(r.in, g.offset, g.len, g.rows),
                                        {residual + g.offset, g.len}, qs,
-                                       {values + p_at, f.rows * f.rank});
+                                       {values + p_at, f.rows * f.rank}, opt);
           !st.ok())
         r.fail(st);
     });
@@ -103,7 +106,7 @@ status run_powersgd_dense(run& r) {
       if (!f.compressed) return;
       if (auto st = powersgd_compute_q(spec, {values + p_at, f.rows * f.rank},
                                        {residual + g.offset, g.len}, f.rows, f.cols,
-                                       {q + q_at, f.cols * f.rank});
+                                       {q + q_at, f.cols * f.rank}, opt);
           !st.ok())
         r.fail(st);
     });
@@ -115,12 +118,12 @@ status run_powersgd_dense(run& r) {
                std::uint64_t q_at, std::uint64_t d_at) {
     const tensor_view out = slice(r.out, g.offset, g.len, g.rows);
     if (!f.compressed) {
-      for (std::uint64_t j = 0; j < g.len; ++j) store(out, j, values[d_at + j]);
+      if (auto st = r.mem.from_f32(values + d_at, out); !st.ok()) r.fail(st);
       return;
     }
     if (auto st =
             powersgd_finish(spec, {values + p_at, f.rows * f.rank}, {q + q_at, f.cols * f.rank},
-                            r.mean_over, r.error_feedback, {residual + g.offset, g.len}, out);
+                            r.mean_over, r.error_feedback, {residual + g.offset, g.len}, out, opt);
         !st.ok())
       r.fail(st);
   });

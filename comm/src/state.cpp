@@ -5,6 +5,7 @@
 #include "gradcodec/comm/state.hpp"
 
 #include <algorithm>
+#include <tuple>
 
 #include "gradcodec/frame.hpp"
 #include "internal.hpp"
@@ -22,8 +23,14 @@ status corrupt(std::string_view why) { return {status_code::corrupt_frame, why};
 
 }  // namespace
 
+state_lengths lengths_of(const allreduce_state& s) noexcept {
+  if (s.device) return s.device->n;
+  return {s.worker_residual.size(), s.server_residual.size(), s.q.size()};
+}
+
 std::uint64_t state_bytes(const allreduce_state& s) noexcept {
-  return state_header + 4 * (s.worker_residual.size() + s.server_residual.size() + s.q.size()) + 4;
+  const state_lengths n = lengths_of(s);
+  return state_header + 4 * (n.worker + n.server + n.q) + 4;
 }
 
 result<std::size_t> save_state(const allreduce_state& s, mutable_bytes out) noexcept {
@@ -41,13 +48,23 @@ result<std::size_t> save_state(const allreduce_state& s, mutable_bytes out) noex
   put<std::uint32_t>(p + 16, s.world);
   put<std::uint32_t>(p + 20, s.rank);
   put<std::uint64_t>(p + 24, s.steps);
-  put<std::uint64_t>(p + 32, s.worker_residual.size());
-  put<std::uint64_t>(p + 40, s.server_residual.size());
-  put<std::uint64_t>(p + 48, s.q.size());
+  const state_lengths n = lengths_of(s);
+  put<std::uint64_t>(p + 32, n.worker);
+  put<std::uint64_t>(p + 40, n.server);
+  put<std::uint64_t>(p + 48, n.q);
   std::byte* at = p + state_header;
-  for (const auto* v : {&s.worker_residual, &s.server_residual, &s.q}) {
-    if (!v->empty()) std::memcpy(at, v->data(), v->size() * 4);
-    at += v->size() * 4;
+  const device_arrays* d = s.device.get();
+  for (auto [v, block, count] :
+       {std::tuple{&s.worker_residual, d ? d->worker.get() : nullptr, n.worker},
+        std::tuple{&s.server_residual, d ? d->server.get() : nullptr, n.server},
+        std::tuple{&s.q, d ? d->q.get() : nullptr, n.q}}) {
+    if (count > 0) {
+      if (d == nullptr)
+        std::memcpy(at, v->data(), count * 4);
+      else if (auto st = d->download(at, block, count * 4); !st.ok())
+        return st;
+    }
+    at += count * 4;
   }
   put<std::uint32_t>(at, crc32c(p, static_cast<std::size_t>(total - 4)));
   return static_cast<std::size_t>(total);
@@ -138,10 +155,62 @@ void init_state(run& r, state_role role, std::uint64_t fingerprint) {
 bool state_matches(const run& r, state_role role, std::uint64_t fingerprint) {
   const allreduce_state& s = r.st;
   const state_sizes z = expected_sizes(r, role);
+  const state_lengths n = lengths_of(s);
   return s.role == role && s.fingerprint == fingerprint &&
          s.world == static_cast<std::uint32_t>(r.world) &&
-         s.rank == static_cast<std::uint32_t>(r.me) && s.worker_residual.size() == z.worker &&
-         s.server_residual.size() == z.server && s.q.size() == z.q;
+         s.rank == static_cast<std::uint32_t>(r.me) && n.worker == z.worker &&
+         n.server == z.server && n.q == z.q;
+}
+
+status place_state(run& r) {
+  allreduce_state& s = r.st;
+  memory_ops& m = r.mem;
+  const bool here = m.space() == memory_space::host
+                        ? s.device == nullptr
+                        : s.device != nullptr && s.device->device == m.device();
+  if (!here) {
+    const state_lengths n = lengths_of(s);
+    std::vector<float>* host[] = {&s.worker_residual, &s.server_residual, &s.q};
+    const std::uint64_t counts[] = {n.worker, n.server, n.q};
+    if (s.device) {
+      // Device arrays come back to the host first (also on their way to another device).
+      const device_arrays& d = *s.device;
+      const std::byte* blocks[] = {d.worker.get(), d.server.get(), d.q.get()};
+      for (int a = 0; a < 3; ++a) {
+        host[a]->resize(counts[a]);
+        if (counts[a] > 0)
+          if (auto st = d.download(host[a]->data(), blocks[a], counts[a] * 4); !st.ok()) return st;
+      }
+      s.device.reset();
+    }
+    if (m.space() != memory_space::host) {
+      auto d = std::make_shared<device_arrays>();
+      d->n = n;
+      d->device = m.device();
+      d->download = m.detached_download();
+      memory_ops::block* blocks[] = {&d->worker, &d->server, &d->q};
+      for (int a = 0; a < 3; ++a) {
+        *blocks[a] = m.allocate(std::max<std::uint64_t>(counts[a], 1) * 4);
+        if (!*blocks[a])
+          return {status_code::device_error, "allreduce: no device memory for the state"};
+        if (counts[a] > 0)
+          if (auto st = m.upload(blocks[a]->get(), host[a]->data(), counts[a] * 4); !st.ok())
+            return st;
+      }
+      for (auto* v : host) std::vector<float>().swap(*v);
+      s.device = std::move(d);
+    }
+  }
+  if (s.device) {
+    r.worker_residual = reinterpret_cast<float*>(s.device->worker.get());
+    r.server_residual = reinterpret_cast<float*>(s.device->server.get());
+    r.q = reinterpret_cast<float*>(s.device->q.get());
+  } else {
+    r.worker_residual = s.worker_residual.data();
+    r.server_residual = s.server_residual.data();
+    r.q = s.q.data();
+  }
+  return {};
 }
 
 }  // namespace gradcodec::comm::detail

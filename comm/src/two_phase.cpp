@@ -46,15 +46,43 @@ class two_phase_program final : public program {
     if (r.failed() || ch.len == 0) return 0;
     const_tensor_view src = slice(r.in, g.offset + ch.begin, ch.len);
     if (prescaled(r)) {
-      float* p = r.ws.prescaled.as<float>(ch.len + 1);
-      for (std::uint64_t j = 0; j < ch.len; ++j) p[j] = load(src, j) / r.divisor;
+      float* p = r.ws.prescaled.as<float>(ch.len + 1, r.mem);
+      if (auto st = r.mem.to_f32(src, r.divisor, p); !st.ok()) {
+        r.fail(st);
+        return 0;
+      }
       src = {p, ch.len, dtype::f32, 0};
     }
     const context fctx = frame_context(r, role_worker, i, static_cast<std::uint64_t>(d));
-    const tensor_view res =
-        r.error_feedback ? f32_view(r.st.worker_residual.data() + g.offset + ch.begin, ch.len)
-                         : tensor_view{};
+    const tensor_view res = r.error_feedback
+                                ? f32_view(r.worker_residual + g.offset + ch.begin, ch.len)
+                                : tensor_view{};
     return encode_frame(r, fctx, src, res, {dst, cap});
+  }
+
+  //! Reads the headers of the blocks of `sizes` packed from base (each one's capacity is
+  //! its size less the header) into lengths, and points offsets at their frames.
+  static status locate(run& r, const std::byte* base, std::span<const std::uint64_t> sizes,
+                       slot& s) {
+    const std::size_t w = sizes.size();
+    s.offsets.assign(w, 0);
+    auto& caps = r.ws.sizes_a;
+    caps.assign(w, 0);
+    for (std::size_t q = 0; q < w; ++q) {
+      if (q > 0) s.offsets[q] = s.offsets[q - 1] + sizes[q - 1];
+      caps[q] = sizes[q] - block_header;
+    }
+    if (auto st = read_blocks(r, base, s.offsets, caps, s.lengths); !st.ok()) return st;
+    for (auto& o : s.offsets) o += block_header;
+    return {};
+  }
+
+  //! Variable size: the frames arrived back to back in blocks of `sizes` (padded), their
+  //! lengths in s.frame_bytes.
+  static void packed(std::span<const std::uint64_t> sizes, slot& s) {
+    s.offsets.assign(sizes.size(), 0);
+    s.lengths = s.frame_bytes;
+    for (std::size_t q = 1; q < sizes.size(); ++q) s.offsets[q] = s.offsets[q - 1] + sizes[q - 1];
   }
 
   status scatter(run& r, std::uint64_t i, slot& s) {
@@ -64,10 +92,10 @@ class two_phase_program final : public program {
     s.announced.assign(w, 0);
     std::uint64_t total = 0;
     for (std::size_t d = 0; d < w; ++d) {
-      s.send_sizes[d] = block_header + worker_cap(r, chunk(r, g, static_cast<int>(d)).len);
+      s.send_sizes[d] = block_header + padded(worker_cap(r, chunk(r, g, static_cast<int>(d)).len));
       total += s.send_sizes[d];
     }
-    std::byte* send = s.send.reserve(total);
+    std::byte* send = s.send.reserve(total, r.mem);
     {
       timer t(r.times, &phase_times::encode_s);
       std::uint64_t at = 0;
@@ -80,52 +108,58 @@ class two_phase_program final : public program {
       at = 0;
       for (std::size_t d = 0; d < w; ++d) {
         if (r.failed()) s.announced[d] = 0;
-        put_block(send + at, r.poison, s.announced[d]);
+        if (auto st = put_block(r, send + at, r.poison, s.announced[d]); !st.ok()) return st;
         at += s.send_sizes[d];
       }
     }
     const std::uint64_t rcap = worker_cap(r, chunk(r, g, r.me).len);
-    s.recv_sizes.assign(w, block_header + rcap);
+    s.recv_sizes.assign(w, block_header + padded(rcap));
     if (!variable(r)) {
-      std::byte* recv = s.recv.reserve(w * (block_header + rcap));
-      count_traffic(r, total, w * (block_header + rcap));
+      std::byte* recv = s.recv.reserve(w * s.recv_sizes[0], r.mem);
+      count_traffic(r, total, w * s.recv_sizes[0]);
       timer t(r.times, &phase_times::comm_s);
       return r.comm.ialltoallv(send, s.send_sizes, recv, s.recv_sizes, s.req);
     }
-    // Variable size: headers first, then the frames packed back to back.
-    s.headers_out.resize(w * block_header);
-    s.headers_in.resize(w * block_header);
+    // Variable size: the headers first (gathered in s.headers: W out, then W in), then
+    // the frames packed back to back (each padded) in s.frame.
+    std::byte* headers = s.headers.reserve(2 * w * block_header, r.mem);
     std::uint64_t at = 0;
     for (std::size_t d = 0; d < w; ++d) {
-      std::memcpy(s.headers_out.data() + d * block_header, send + at, block_header);
+      if (auto st = r.mem.copy(headers + d * block_header, send + at, block_header); !st.ok())
+        return st;
       at += s.send_sizes[d];
     }
     s.lengths.assign(w, block_header);
+    std::byte* headers_in = headers + w * block_header;
     {
       timer t(r.times, &phase_times::comm_s);
       count_traffic(r, w * block_header, w * block_header);
-      if (auto st =
-              r.comm.alltoallv(s.headers_out.data(), s.lengths, s.headers_in.data(), s.lengths);
-          !st.ok())
+      if (auto st = r.comm.alltoallv(headers, s.lengths, headers_in, s.lengths); !st.ok())
         return st;
     }
-    std::uint64_t in_total = 0;
+    s.offsets.resize(w);
+    for (std::size_t q = 0; q < w; ++q) s.offsets[q] = q * block_header;
+    const std::uint64_t caps[] = {rcap};
+    if (auto st = read_blocks(r, headers_in, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
+    std::uint64_t in_total = 0, out_total = 0;
     for (std::size_t q = 0; q < w; ++q) {
-      s.recv_sizes[q] = read_block(r, s.headers_in.data() + q * block_header, rcap);
-      in_total += s.recv_sizes[q];
+      in_total += s.recv_sizes[q] = padded(s.frame_bytes[q]);
+      out_total += padded(s.announced[q]);
     }
-    std::uint64_t from = 0, to = 0, out_total = 0;
+    std::byte* frames = s.frame.reserve(out_total + 1, r.mem);
+    std::uint64_t from = 0, to = 0;
     for (std::size_t d = 0; d < w; ++d) {
-      if (s.announced[d] > 0) std::memmove(send + to, send + from + block_header, s.announced[d]);
+      if (s.announced[d] > 0)
+        if (auto st = r.mem.copy(frames + to, send + from + block_header, s.announced[d]); !st.ok())
+          return st;
       from += s.send_sizes[d];
-      to += s.announced[d];
-      s.send_sizes[d] = s.announced[d];
-      out_total += s.announced[d];
+      s.send_sizes[d] = padded(s.announced[d]);
+      to += s.send_sizes[d];
     }
-    std::byte* recv = s.recv.reserve(in_total + 1);
+    std::byte* recv = s.recv.reserve(in_total + 1, r.mem);
     count_traffic(r, out_total, in_total);
     timer t(r.times, &phase_times::comm_s);
-    return r.comm.ialltoallv(send, s.send_sizes, recv, s.recv_sizes, s.req);
+    return r.comm.ialltoallv(frames, s.send_sizes, recv, s.recv_sizes, s.req);
   }
 
   status reduce(run& r, std::uint64_t i, slot& s) {
@@ -133,27 +167,18 @@ class two_phase_program final : public program {
     const segment g = r.seg(i);
     const auto w = static_cast<std::size_t>(r.world);
     const range mine = chunk(r, g, r.me);
-    const std::uint64_t rcap = worker_cap(r, mine.len);
-    s.offsets.assign(w, 0);
-    s.lengths.assign(w, 0);
-    std::uint64_t at = 0;
-    for (std::size_t q = 0; q < w; ++q) {
-      if (variable(r)) {
-        s.offsets[q] = at;
-        s.lengths[q] = s.recv_sizes[q];
-        at += s.lengths[q];
-      } else {
-        s.offsets[q] = q * (block_header + rcap) + block_header;
-        s.lengths[q] = read_block(r, s.recv.data() + q * (block_header + rcap), rcap);
-      }
+    if (variable(r)) {
+      packed(s.recv_sizes, s);
+    } else if (auto st = locate(r, s.recv.data(), s.recv_sizes, s); !st.ok()) {
+      return st;
     }
     const std::uint64_t scap = server_cap(r, mine.len);
-    std::byte* send = s.server_send.reserve(block_header + scap);
+    std::byte* send = s.server_send.reserve(block_header + padded(scap), r.mem);
     std::uint64_t bytes = 0;
     if (!r.failed() && mine.len > 0) {
       timer t(r.times, &phase_times::reduce_s);
-      float* acc = r.ws.accum.as<float>(mine.len + 1);
-      for (std::uint64_t j = 0; j < mine.len; ++j) acc[j] = 0.0f;
+      float* acc = r.ws.accum.as<float>(mine.len + 1, r.mem);
+      if (auto st = r.mem.zero(acc, mine.len * 4); !st.ok()) return st;
       const tensor_view accv = f32_view(acc, mine.len);
       auto ws = codec_scratch(r, r.cfg.spec, accv, operation::decode_accumulate);
       for (std::size_t q = 0; q < w && !r.failed(); ++q) {
@@ -165,62 +190,56 @@ class two_phase_program final : public program {
       if (!r.failed()) {
         const context fctx = frame_context(r, role_server, i, static_cast<std::uint64_t>(r.me));
         const std::uint64_t full = chunk_of(r.seg_len, r.unit, r.world, r.me).len;
-        const tensor_view res = server_feedback(r)
-                                    ? f32_view(r.st.server_residual.data() + i * full, mine.len)
-                                    : tensor_view{};
+        const tensor_view res =
+            server_feedback(r) ? f32_view(r.server_residual + i * full, mine.len) : tensor_view{};
         bytes = encode_frame(r, fctx, accv, res, {send + block_header, scap});
       }
     }
     if (r.failed()) bytes = 0;
-    put_block(send, r.poison, bytes);
+    if (auto st = put_block(r, send, r.poison, bytes); !st.ok()) return st;
     s.server_sizes.assign(w, 0);
     std::uint64_t total = 0;
     for (std::size_t c = 0; c < w; ++c) {
-      s.server_sizes[c] = block_header + server_cap(r, chunk(r, g, static_cast<int>(c)).len);
+      s.server_sizes[c] =
+          block_header + padded(server_cap(r, chunk(r, g, static_cast<int>(c)).len));
       total += s.server_sizes[c];
     }
     if (!variable(r)) {
-      std::byte* recv = s.server_recv.reserve(total);
-      count_traffic(r, block_header + scap, total);
+      std::byte* recv = s.server_recv.reserve(total, r.mem);
+      count_traffic(r, block_header + padded(scap), total);
       timer t(r.times, &phase_times::comm_s);
-      return r.comm.iallgatherv(send, block_header + scap, recv, s.server_sizes, s.req);
+      return r.comm.iallgatherv(send, block_header + padded(scap), recv, s.server_sizes, s.req);
     }
-    s.headers_in.resize(w * block_header);
+    std::byte* headers = s.headers.reserve(w * block_header, r.mem);
     {
       timer t(r.times, &phase_times::comm_s);
       count_traffic(r, block_header, w * block_header);
-      if (auto st = r.comm.allgather(send, block_header, s.headers_in.data()); !st.ok()) return st;
+      if (auto st = r.comm.allgather(send, block_header, headers); !st.ok()) return st;
     }
-    total = 0;
+    auto& caps = r.ws.sizes_a;
+    caps.assign(w, 0);
+    s.offsets.resize(w);
     for (std::size_t c = 0; c < w; ++c) {
-      s.server_sizes[c] =
-          read_block(r, s.headers_in.data() + c * block_header, s.server_sizes[c] - block_header);
-      total += s.server_sizes[c];
+      caps[c] = s.server_sizes[c] - block_header;
+      s.offsets[c] = c * block_header;
     }
-    std::byte* recv = s.server_recv.reserve(total + 1);
-    count_traffic(r, bytes, total);
+    if (auto st = read_blocks(r, headers, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
+    total = 0;
+    for (std::size_t c = 0; c < w; ++c) total += s.server_sizes[c] = padded(s.frame_bytes[c]);
+    std::byte* recv = s.server_recv.reserve(total + 1, r.mem);
+    count_traffic(r, padded(bytes), total);
     timer t(r.times, &phase_times::comm_s);
-    return r.comm.iallgatherv(send + block_header, bytes, recv, s.server_sizes, s.req);
+    return r.comm.iallgatherv(send + block_header, padded(bytes), recv, s.server_sizes, s.req);
   }
 
   status gather(run& r, std::uint64_t i, slot& s) {
     if (auto st = wait(r, s.req); !st.ok()) return st;
     const segment g = r.seg(i);
     const auto w = static_cast<std::size_t>(r.world);
-    s.offsets.assign(w, 0);
-    s.lengths.assign(w, 0);
-    std::uint64_t at = 0;
-    for (std::size_t c = 0; c < w; ++c) {
-      if (variable(r)) {
-        s.offsets[c] = at;
-        s.lengths[c] = s.server_sizes[c];
-        at += s.lengths[c];
-      } else {
-        const std::uint64_t cap = s.server_sizes[c] - block_header;
-        s.offsets[c] = at + block_header;
-        s.lengths[c] = read_block(r, s.server_recv.data() + at, cap);
-        at += s.server_sizes[c];
-      }
+    if (variable(r)) {
+      packed(s.server_sizes, s);
+    } else if (auto st = locate(r, s.server_recv.data(), s.server_sizes, s); !st.ok()) {
+      return st;
     }
     if (r.failed()) return {};
     timer t(r.times, &phase_times::decode_s);

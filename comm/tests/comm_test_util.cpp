@@ -219,12 +219,38 @@ std::vector<scenario> all_scenarios() {
   return v;
 }
 
+namespace {
+
+//! A copy of host bytes in the communicator's memory (the GPU's for NCCL).
+gcc::memory_ops::block place(gcc::memory_ops& mem, const std::vector<std::byte>& host,
+                             gc::status& st) {
+  auto b = mem.allocate(host.size() + 1);
+  if (!b) {
+    st = {gc::status_code::device_error, "test: allocation failed"};
+    return b;
+  }
+  if (auto s = mem.upload(b.get(), host.data(), host.size()); !s.ok()) st = s;
+  return b;
+}
+
+gc::status fetch(gcc::memory_ops& mem, const gcc::memory_ops::block& b,
+                 std::vector<std::byte>& host) {
+  return mem.download(host.data(), b.get(), host.size());
+}
+
+}  // namespace
+
 rank_result run_scenario(gcc::communicator& comm, const scenario& sc) {
   rank_result res;
   gcc::allreduce_config cfg;
   auto spec = gc::parse_spec(sc.spec);
   if (!spec) {
     res.st = spec.error();
+    return res;
+  }
+  gcc::memory_ops* mem = comm.memory_services();
+  if (mem == nullptr) {
+    res.st = {gc::status_code::backend_unavailable, "test: no buffer services"};
     return res;
   }
   cfg.spec = spec.value();
@@ -247,26 +273,32 @@ rank_result run_scenario(gcc::communicator& comm, const scenario& sc) {
     const gc::context ctx{1234, static_cast<std::uint64_t>(step), 7};
     gc::status st;
     if (!sc.shapes.empty()) {
-      std::vector<std::vector<float>> tensors;
+      std::vector<std::vector<std::byte>> tensors;
+      std::vector<gcc::memory_ops::block> placed;
       std::vector<gc::tensor_view> views;
-      for (std::size_t t = 0; t < sc.shapes.size(); ++t)
-        tensors.push_back(
-            make_grad(sc.shapes[t].second, comm.rank() + 16 * static_cast<int>(t), step, sc.scale));
-      for (std::size_t t = 0; t < sc.shapes.size(); ++t)
-        views.push_back(gc::tensor_view{tensors[t].data(), tensors[t].size(), gc::dtype::f32,
+      for (std::size_t t = 0; t < sc.shapes.size(); ++t) {
+        tensors.push_back(input_bytes(
+            make_grad(sc.shapes[t].second, comm.rank() + 16 * static_cast<int>(t), step, sc.scale),
+            gc::dtype::f32));
+        placed.push_back(place(*mem, tensors.back(), st));
+        views.push_back(gc::tensor_view{placed.back().get(), sc.shapes[t].second, gc::dtype::f32,
                                         sc.shapes[t].first});
-      st = gcc::allreduce_tensors(comm, cfg, ctx, views, state, ws);
+      }
+      if (st.ok()) st = gcc::allreduce_tensors(comm, cfg, ctx, views, state, ws);
       std::vector<std::byte> out;
-      for (const auto& t : tensors) {
-        const auto* p = reinterpret_cast<const std::byte*>(t.data());
-        out.insert(out.end(), p, p + 4 * t.size());
+      for (std::size_t t = 0; t < tensors.size(); ++t) {
+        if (st.ok()) st = fetch(*mem, placed[t], tensors[t]);
+        out.insert(out.end(), tensors[t].begin(), tensors[t].end());
       }
       res.outputs.push_back(std::move(out));
     } else {
       auto bytes = input_bytes(make_grad(sc.n, comm.rank(), step, sc.scale), sc.type);
-      const gc::tensor_view io{bytes.data(), sc.n, sc.type, sc.rows};
-      st = sc.ranks_per_node > 0 ? gcc::allreduce(h, cfg, ctx, io, io, state, ws)
-                                 : gcc::allreduce(comm, cfg, ctx, io, io, state, ws);
+      auto placed = place(*mem, bytes, st);
+      const gc::tensor_view io{placed.get(), sc.n, sc.type, sc.rows};
+      if (st.ok())
+        st = sc.ranks_per_node > 0 ? gcc::allreduce(h, cfg, ctx, io, io, state, ws)
+                                   : gcc::allreduce(comm, cfg, ctx, io, io, state, ws);
+      if (st.ok()) st = fetch(*mem, placed, bytes);
       res.outputs.push_back(std::move(bytes));
     }
     if (!st.ok()) {

@@ -506,8 +506,8 @@ TEST(Allreduce, ResultsApproximateTheMean) {
   }
 }
 
-//! A communicator whose buffers live on a device: the strategies must refuse it without
-//! calling any collective.
+//! A communicator whose buffers live on a device and that offers no buffer services for
+//! it: the strategies must refuse it without calling any collective.
 class device_only final : public gcc::communicator {
  public:
   int rank() const noexcept override { return 0; }
@@ -539,7 +539,7 @@ class device_only final : public gcc::communicator {
   }
 };
 
-TEST(Faults, DeviceMemoryCommunicatorIsRefusedWithoutCollectives) {
+TEST(Faults, DeviceCommunicatorWithoutBufferServicesIsRefusedWithoutCollectives) {
   device_only dev;
   auto cfg = config("fp16");
   gcc::allreduce_state state;
@@ -547,7 +547,8 @@ TEST(Faults, DeviceMemoryCommunicatorIsRefusedWithoutCollectives) {
   std::vector<float> g(16, 1.0f);
   const status st =
       gcc::allreduce(dev, cfg, {}, gc::view(std::as_const(g)), gc::view(g), state, ws);
-  EXPECT_EQ(st.code(), status_code::invalid_argument) << st.message();
+  EXPECT_EQ(st.code(), status_code::backend_unavailable) << st.message();
+  EXPECT_NE(std::string(st.message()).find("'device'"), std::string::npos) << st.message();
   EXPECT_EQ(dev.calls, 0);
 }
 

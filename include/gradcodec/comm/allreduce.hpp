@@ -48,7 +48,7 @@ struct allreduce_config {
   //! configuration, the element count, the context and the state (see docs/comm.md).
   //! Without it, a disagreement or a rank-local argument error can hang the job.
   bool check_config = true;
-  backend where = backend::automatic;  //!< codec backend (host memory)
+  backend where = backend::automatic;  //!< codec backend (host memory; device memory: cuda)
   int threads = 0;                     //!< CPU backend threads; 0 = library default
   //! The tensors of the flat buffer (see bucket.hpp); PowerSGD factorises each slot with
   //! rows > 0. Empty: one tensor covering the buffer, shaped by the input view's rows.
@@ -94,9 +94,10 @@ class workspace {
   std::unique_ptr<impl> impl_;
 };
 
-//! Compressed allreduce over `comm` (host memory). `in` is this rank's gradient, `out`
-//! receives the result (same n; any dtype each; out may be the same memory as in, not a
-//! partial overlap). On error every rank returns a status (the same one for configuration
+//! Compressed allreduce over `comm`. `in` is this rank's gradient, `out` receives the
+//! result (same n; any dtype each; out may be the same memory as in, not a partial
+//! overlap), both in the communicator's memory: device memory of its GPU for NCCL, where
+//! everything runs on its stream and the call returns with the last decode queued. On error every rank returns a status (the same one for configuration
 //! disagreements: comm_error naming the field), and out and state are unspecified.
 status allreduce(communicator& comm, const allreduce_config& cfg, const context& ctx,
                  const_tensor_view in, tensor_view out, allreduce_state& state, workspace& ws,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <span>
 
+#include "gradcodec/comm/memory.hpp"
 #include "gradcodec/status.hpp"
 #include "gradcodec/views.hpp"
 
@@ -37,6 +38,14 @@ status pack_bucket(std::span<const const_tensor_view> tensors, std::span<const t
 //! Copies (and converts, rounding to nearest even) each slot of `flat` back into its tensor.
 status unpack_bucket(const_tensor_view flat, std::span<const tensor_slot> slots,
                      std::span<const tensor_view> tensors) noexcept;
+
+//! pack_bucket and unpack_bucket into and out of an f32 flat buffer in the memory of `m`
+//! (tensors and flat both there: device memory for a device communicator). NaNs become
+//! the canonical NaN on the way in.
+status pack_bucket(std::span<const const_tensor_view> tensors, std::span<const tensor_slot> slots,
+                   tensor_view flat, memory_ops& m) noexcept;
+status unpack_bucket(const_tensor_view flat, std::span<const tensor_slot> slots,
+                     std::span<const tensor_view> tensors, memory_ops& m) noexcept;
 
 //! Checks that slots are ordered, do not overlap, lie inside n elements, and that each
 //! slot's rows divide its n.

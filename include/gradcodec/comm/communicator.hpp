@@ -22,6 +22,7 @@
 #include <span>
 #include <string_view>
 
+#include "gradcodec/comm/memory.hpp"
 #include "gradcodec/status.hpp"
 
 namespace gradcodec::comm {
@@ -56,9 +57,6 @@ std::string_view element_name(element_type t) noexcept;
 enum class reduce_op : std::uint8_t { sum = 0, max = 1, min = 2 };
 std::string_view reduce_op_name(reduce_op op) noexcept;
 
-//! Where a communicator's buffers must live.
-enum class memory_space : std::uint8_t { host = 0, device = 1 };
-
 //! A pending non-blocking operation, completed by communicator::wait(). A request is a
 //! handle owned by the communicator that issued it; a default-constructed one is inactive
 //! and waiting on it succeeds at once.
@@ -88,6 +86,11 @@ class communicator {
   [[nodiscard]] virtual std::string_view name() const noexcept = 0;
   //! Host memory for the thread and MPI communicators, device memory for NCCL.
   [[nodiscard]] virtual memory_space memory() const noexcept { return memory_space::host; }
+  //! The buffer services the allreduce strategies use on memory(); null where there are
+  //! none (NCCL in a library built without the CUDA backend; by default, device memory).
+  [[nodiscard]] virtual memory_ops* memory_services() noexcept {
+    return memory() == memory_space::host ? &host_memory() : nullptr;
+  }
 
   // --- non-blocking collectives ------------------------------------------------------
 

@@ -5,8 +5,10 @@
 //! event and ncclCommGetAsyncError, so a failed peer surfaces as comm_error instead of a
 //! hang inside cudaStreamSynchronize (RAFT's sync_stream). allgatherv is a group of
 //! broadcasts, alltoallv a group of send/recv pairs (the rank's own block is a device
-//! copy). The strategy layer of allreduce.hpp runs on host memory and refuses this
-//! communicator; use it directly for device-side collectives.
+//! copy). The allreduce strategies run on it with device buffers (in, out, the state's
+//! arrays and the workspace on the communicator's GPU; codec calls on the CUDA backend,
+//! everything queued on its stream) when the library has the CUDA backend; without it,
+//! memory_services() is null and allreduce refuses the communicator.
 //!
 //! Limits: blocking NCCL communicators only (the default config; a non-blocking one
 //! returns ncclInProgress, which is reported as an error). A peer that dies without NCCL
@@ -38,6 +40,9 @@ class nccl_communicator final : public communicator {
   [[nodiscard]] int size() const noexcept override { return size_; }
   [[nodiscard]] std::string_view name() const noexcept override { return "nccl"; }
   [[nodiscard]] memory_space memory() const noexcept override { return memory_space::device; }
+  //! Device buffer services on this communicator's stream; null in a library built
+  //! without the CUDA backend.
+  [[nodiscard]] memory_ops* memory_services() noexcept override { return memory_.get(); }
   [[nodiscard]] ncclComm_t handle() const noexcept { return comm_; }
   [[nodiscard]] cudaStream_t stream() const noexcept { return stream_; }
 
@@ -69,6 +74,7 @@ class nccl_communicator final : public communicator {
   std::uint64_t next_id_ = 1;
   std::vector<std::pair<std::uint64_t, cudaEvent_t>> pending_;
   std::vector<cudaEvent_t> spare_;
+  std::unique_ptr<memory_ops> memory_;
 };
 
 }  // namespace gradcodec::comm

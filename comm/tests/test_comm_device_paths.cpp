@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+// The strategies' device paths, run on simulated device memory (simulated_device.hpp):
+// every scenario gives the host path's bytes and state bit for bit, no buffer service or
+// collective ever sees a pointer outside device memory, host buffers handed to a device
+// communicator are refused on every rank, and a state moves between host and device
+// memory without changing the results. The CUDA buffer services run the same programs on
+// a GPU (test_comm_nccl, scripts/gpu-check).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+
+#include "comm_test_util.hpp"
+#include "simulated_device.hpp"
+
+namespace {
+
+using namespace comm_test;
+using gc::status;
+using gc::status_code;
+
+TEST(DevicePaths, EveryScenarioMatchesTheHostPathBitForBit) {
+  const std::uint64_t before = simulated_device_memory::violations();
+  for (const auto& sc : all_scenarios()) {
+    for (int w : {1, 2, 3}) {
+      if (sc.ranks_per_node > 0 && w < 2) continue;
+      const auto host = simulate(sc, w);
+      const auto dev = simulate_on_device(sc, w);
+      for (int r = 0; r < w; ++r) {
+        const auto& d = dev[static_cast<std::size_t>(r)];
+        ASSERT_TRUE(d.st.ok()) << sc.name << " w=" << w << " rank " << r << ": " << d.st.message();
+        ASSERT_TRUE(host[static_cast<std::size_t>(r)].st.ok()) << sc.name;
+        EXPECT_EQ(digest(d, true), digest(host[static_cast<std::size_t>(r)], true))
+            << sc.name << " w=" << w << " rank " << r << " (outputs and saved state)";
+      }
+    }
+  }
+  EXPECT_EQ(simulated_device_memory::violations(), before);
+}
+
+TEST(DevicePaths, HostBuffersOnADeviceCommunicatorAreRefusedOnEveryRank) {
+  auto st = gcc::run_threads(3, [](gcc::communicator& c) -> status {
+    device_like_communicator dev(c);
+    gcc::allreduce_config cfg;
+    cfg.spec = gc::parse_spec("qsgd:levels=7,bucket=64").value();
+    cfg.where = gc::backend::reference;
+    auto g = make_grad(300, c.rank(), 0, 1.0f);  // host memory on every rank
+    gcc::allreduce_state state;
+    gcc::workspace ws;
+    if (c.rank() != 1) {
+      // Only rank 1 passes host memory: the others must hear of it, not hang.
+      auto& mem = *dev.memory_services();
+      auto b = mem.allocate(g.size() * 4);
+      if (auto s = mem.upload(b.get(), g.data(), g.size() * 4); !s.ok()) return s;
+      const gc::tensor_view io{b.get(), g.size(), gc::dtype::f32, 0};
+      return gcc::allreduce(dev, cfg, {1, 0, 0}, io, io, state, ws);
+    }
+    return gcc::allreduce(dev, cfg, {1, 0, 0}, gc::view(std::as_const(g)), gc::view(g), state, ws);
+  });
+  for (const auto& s : st) {
+    EXPECT_EQ(s.code(), status_code::comm_error) << s.message();
+    EXPECT_NE(std::string(s.message()).find("rank 1 cannot run this call"), std::string::npos)
+        << s.message();
+  }
+}
+
+//! Runs `steps` steps of a two-phase QSGD allreduce (both residuals in the state) on two
+//! ranks, switching to host or device memory at step `switch_at`, and returns each rank's
+//! output bytes of every step.
+std::vector<std::vector<float>> run_switching(int steps, int switch_at, bool start_on_device) {
+  std::vector<std::vector<float>> outputs(2);
+  auto st = gcc::run_threads(2, [&](gcc::communicator& c) -> status {
+    device_like_communicator dev(c);
+    gcc::allreduce_config cfg;
+    cfg.spec = gc::parse_spec("qsgd:levels=3,bucket=32").value();
+    cfg.how = gcc::strategy::two_phase;
+    cfg.where = gc::backend::reference;
+    gcc::allreduce_state state;
+    gcc::workspace ws;
+    auto& out = outputs[static_cast<std::size_t>(c.rank())];
+    for (int step = 0; step < steps; ++step) {
+      const bool on_device = (step < switch_at) == start_on_device;
+      gcc::communicator& comm = on_device ? static_cast<gcc::communicator&>(dev) : c;
+      auto& mem = *comm.memory_services();
+      auto g = make_grad(257, c.rank(), step, 1.0f);
+      auto b = mem.allocate(g.size() * 4);
+      if (auto s = mem.upload(b.get(), g.data(), g.size() * 4); !s.ok()) return s;
+      const gc::tensor_view io{b.get(), g.size(), gc::dtype::f32, 0};
+      if (auto s = gcc::allreduce(comm, cfg, {9, static_cast<std::uint64_t>(step), 0}, io, io,
+                                  state, ws);
+          !s.ok())
+        return s;
+      if (auto s = mem.download(g.data(), b.get(), g.size() * 4); !s.ok()) return s;
+      out.insert(out.end(), g.begin(), g.end());
+      if (on_device != (state.device != nullptr))
+        return {status_code::internal_error, "the state is not where the last call ran"};
+    }
+    return {};
+  });
+  for (const auto& s : st) EXPECT_TRUE(s.ok()) << s.message();
+  return outputs;
+}
+
+TEST(DevicePaths, TheStateMovesBetweenHostAndDeviceWithoutChangingResults) {
+  const auto host_only = run_switching(4, 4, false);
+  EXPECT_EQ(run_switching(4, 2, true), host_only) << "device, then host";
+  EXPECT_EQ(run_switching(4, 2, false), host_only) << "host, then device";
+  EXPECT_EQ(run_switching(4, 4, true), host_only) << "device only";
+}
+
+TEST(DevicePaths, ADeviceResidentStateSavesAndLoadsLikeAHostOne) {
+  scenario sc;
+  sc.name = "two_phase topk";
+  sc.spec = "topk:ratio=0.1";
+  sc.how = gcc::strategy::two_phase;
+  sc.n = 513;
+  const auto host = simulate(sc, 2);
+  const auto dev = simulate_on_device(sc, 2);
+  for (int r = 0; r < 2; ++r) {
+    const auto& d = dev[static_cast<std::size_t>(r)];
+    ASSERT_TRUE(d.st.ok()) << d.st.message();
+    EXPECT_EQ(d.state, host[static_cast<std::size_t>(r)].state) << "rank " << r;
+    gcc::allreduce_state loaded;
+    ASSERT_TRUE(gcc::load_state(d.state, loaded).ok());
+    EXPECT_EQ(loaded.device, nullptr);
+    EXPECT_GT(loaded.worker_residual.size(), 0u);
+    EXPECT_GT(loaded.server_residual.size(), 0u);
+  }
+}
+
+}  // namespace
