@@ -37,6 +37,7 @@ class host_memory_ops final : public memory_ops {
   }
   status download(void* dst, const void* src, std::size_t width, std::size_t pitch,
                   std::size_t rows) override {
+    if (width == 0) return {};
     for (std::size_t i = 0; i < rows; ++i)
       std::memcpy(static_cast<std::byte*>(dst) + i * width,
                   static_cast<const std::byte*>(src) + i * pitch, width);
