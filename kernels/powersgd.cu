@@ -52,6 +52,21 @@ __global__ void orth_kernel(float* a, std::uint64_t m, std::uint32_t r, float ep
   blocks::powersgd_orthogonalize(a, m, r, eps, blocks::warp_reducer{});
 }
 
+//! Up to this many matrices per batched launch, passed by value (1.3 KB of parameters).
+constexpr std::size_t orth_batch_max = 64;
+struct orth_batch {
+  float* a[orth_batch_max];
+  std::uint64_t rows[orth_batch_max];
+  std::uint32_t r[orth_batch_max];
+};
+
+//! Block b (one warp): orth of matrix b of the batch.
+__global__ void orth_batch_kernel(orth_batch batch, float eps) {
+  const unsigned b = blockIdx.x;
+  blocks::powersgd_orthogonalize(batch.a[b], batch.rows[b], batch.r[b], eps,
+                                 blocks::warp_reducer{});
+}
+
 struct matrix_in {
   values_in v;
   std::uint64_t cols;
@@ -216,10 +231,31 @@ status phase_compute_p(const_tensor_view grad, float* residual, const float* q, 
   return {};
 }
 
-status phase_compute_q(float* p, const float* m, std::uint64_t rows, std::uint64_t cols,
-                       std::uint32_t r, float eps, float* q, void* stream) {
+status phase_orthogonalize_batch(const powersgd_matrix* batch, std::size_t count, float eps,
+                                 void* stream) {
+  orth_batch b{};
+  unsigned filled = 0;
+  auto launch = [&]() -> status {
+    if (filled == 0) return {};
+    orth_batch_kernel<<<filled, 32, 0, stream_of(stream)>>>(b, eps);
+    filled = 0;
+    GRADCODEC_CUDA_LAUNCHED("powersgd orth_batch_kernel");
+    return {};
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    if (batch[i].rows == 0 || batch[i].r == 0) continue;
+    b.a[filled] = batch[i].a.data();
+    b.rows[filled] = batch[i].rows;
+    b.r[filled] = batch[i].r;
+    if (++filled == orth_batch_max)
+      if (auto st = launch(); !st.ok()) return st;
+  }
+  return launch();
+}
+
+status phase_project_q(const float* p, const float* m, std::uint64_t rows, std::uint64_t cols,
+                       std::uint32_t r, float* q, void* stream) {
   if (rows * cols == 0 || r == 0) return {};
-  if (auto st = phase_orthogonalize(p, rows, r, eps, stream); !st.ok()) return st;
   q_kernel<<<grid_for(cols * r, threads), threads, 0, stream_of(stream)>>>(
       matrix_in{{m, dtype::f32}, cols}, rows, p, r, q);
   GRADCODEC_CUDA_LAUNCHED("powersgd q_kernel");
@@ -244,8 +280,9 @@ status phase_finish(const float* p, float* q, std::uint64_t rows, std::uint64_t 
 
 }  // namespace
 
-const detail::device_powersgd_phases powersgd_phases{phase_init_q, phase_compute_p, phase_compute_q,
-                                                     phase_finish, phase_orthogonalize};
+const detail::device_powersgd_phases powersgd_phases{
+    phase_init_q, phase_compute_p,     phase_project_q,
+    phase_finish, phase_orthogonalize, phase_orthogonalize_batch};
 
 std::size_t powersgd_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
   if (op == operation::decode || op == operation::decode_accumulate) return status_bytes;

@@ -13,6 +13,7 @@
 
 #include "gradcodec/codec.hpp"
 #include "gradcodec/frame.hpp"
+#include "gradcodec/powersgd.hpp"
 
 namespace gradcodec::detail {
 
@@ -86,15 +87,18 @@ struct device_powersgd_phases {
   //! residual[k] = residual[k] + grad[k]; p = M q.
   status (*compute_p)(const_tensor_view grad, float* residual, const float* q, float* p,
                       std::uint64_t rows, std::uint64_t cols, std::uint32_t r, void* stream);
-  //! orth(p) in place; q = M^T p.
-  status (*compute_q)(float* p, const float* m, std::uint64_t rows, std::uint64_t cols,
-                      std::uint32_t r, float eps, float* q, void* stream);
+  //! q = M^T p (p already orthonormal).
+  status (*project_q)(const float* p, const float* m, std::uint64_t rows, std::uint64_t cols,
+                      std::uint32_t r, float* q, void* stream);
   //! q = q / world; out = p q^T; residual = ef ? residual - out : +0.0.
   status (*finish)(const float* p, float* q, std::uint64_t rows, std::uint64_t cols,
                    std::uint32_t r, int world, bool ef, float* residual, tensor_view out,
                    void* stream);
   //! orth(a, rows, r, eps) in place.
   status (*orthogonalize)(float* a, std::uint64_t rows, std::uint32_t r, float eps, void* stream);
+  //! orth of each of `count` matrices (none empty, none overlapping).
+  status (*orthogonalize_batch)(const powersgd_matrix* batch, std::size_t count, float eps,
+                                void* stream);
 };
 
 //! A backend: one codec_ops per codec id (index = id - 1); a null encode means the codec

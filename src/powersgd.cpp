@@ -6,10 +6,13 @@
 //! reproduce bit for bit. Also the state checkpoint format (docs/format.md "PowerSGD state").
 #include "gradcodec/powersgd.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "../reference/common.hpp"
 #include "backend.hpp"
@@ -337,23 +340,85 @@ status powersgd_compute_q(const codec_spec& spec, std::span<float> p,
   return powersgd_compute_q(spec, p, residual, rows, cols, q, exec_options{});
 }
 
+namespace {
+
+//! compute_q and project_q: checks the arguments and finds where they run.
+phase_target q_target(const codec_spec& spec, std::span<const float> p,
+                      std::span<const float> residual, std::uint64_t rows, std::uint64_t cols,
+                      std::span<float> q, const exec_options& opt, std::uint32_t& r) {
+  if (auto st = check_spec(spec); !st.ok()) return {nullptr, st};
+  if (cols != 0 && rows > max_elements / cols)
+    return {nullptr, invalid("powersgd: rows*cols above 2^48")};
+  r = powersgd_rank(spec, rows, cols);
+  if (residual.size() != rows * cols)
+    return {nullptr, size_error("residual", residual.size(), rows * cols)};
+  if (p.size() != rows * r) return {nullptr, size_error("p", p.size(), rows * r)};
+  if (q.size() != cols * r) return {nullptr, size_error("q", q.size(), cols * r)};
+  return target_of(nullptr, opt, p.data(),
+                   {{p.data(), "p"}, {residual.data(), "residual"}, {q.data(), "q"}});
+}
+
+//! q = M^T p on the chosen side, p already orthonormal.
+status project(const phase_target& t, const float* p, const float* m, std::uint64_t rows,
+               std::uint64_t cols, std::uint32_t r, float* q, const exec_options& opt) {
+  if (t.device != nullptr) return t.device->project_q(p, m, rows, cols, r, q, opt.stream);
+  powersgd_kernels_in_use().compute_q(m, rows, cols, p, r, q);
+  return {};
+}
+
+}  // namespace
+
 status powersgd_compute_q(const codec_spec& spec, std::span<float> p,
                           std::span<const float> residual, std::uint64_t rows, std::uint64_t cols,
                           std::span<float> q, const exec_options& opt) noexcept {
-  if (auto st = check_spec(spec); !st.ok()) return st;
-  if (cols != 0 && rows > max_elements / cols) return invalid("powersgd: rows*cols above 2^48");
-  const std::uint32_t r = powersgd_rank(spec, rows, cols);
-  if (residual.size() != rows * cols) return size_error("residual", residual.size(), rows * cols);
-  if (p.size() != rows * r) return size_error("p", p.size(), rows * r);
-  if (q.size() != cols * r) return size_error("q", q.size(), cols * r);
-  const phase_target t = target_of(
-      nullptr, opt, p.data(), {{p.data(), "p"}, {residual.data(), "residual"}, {q.data(), "q"}});
+  std::uint32_t r = 0;
+  const phase_target t = q_target(spec, p, residual, rows, cols, q, opt, r);
   if (!t.error.ok()) return t.error;
+  if (t.device != nullptr) {
+    if (auto st = t.device->orthogonalize(p.data(), rows, r, spec.eps, opt.stream); !st.ok())
+      return st;
+  } else {
+    powersgd_kernels_in_use().orthogonalize(p.data(), rows, r, spec.eps);
+  }
+  return project(t, p.data(), residual.data(), rows, cols, r, q.data(), opt);
+}
+
+status powersgd_project_q(const codec_spec& spec, std::span<const float> p,
+                          std::span<const float> residual, std::uint64_t rows, std::uint64_t cols,
+                          std::span<float> q, const exec_options& opt) noexcept {
+  std::uint32_t r = 0;
+  const phase_target t = q_target(spec, p, residual, rows, cols, q, opt, r);
+  if (!t.error.ok()) return t.error;
+  return project(t, p.data(), residual.data(), rows, cols, r, q.data(), opt);
+}
+
+status powersgd_orthogonalize_batch(std::span<const powersgd_matrix> batch, float eps,
+                                    const exec_options& opt) noexcept {
+  if (batch.empty()) return {};
+  for (const powersgd_matrix& m : batch) {
+    if (m.rows > max_elements || m.r > 64)
+      return invalid("powersgd: orthogonalize takes rows <= 2^48, r <= 64");
+    if (m.a.size() != m.rows * m.r)
+      return size_error("a matrix to orthogonalize", m.a.size(), m.rows * m.r);
+  }
+  // Overlapping matrices would race on the GPU and depend on the order on the host.
+  std::vector<std::pair<const float*, std::size_t>> spans;
+  for (const powersgd_matrix& m : batch)
+    if (!m.a.empty()) spans.emplace_back(m.a.data(), m.a.size());
+  std::sort(spans.begin(), spans.end());
+  for (std::size_t i = 1; i < spans.size(); ++i)
+    if (spans[i - 1].first + spans[i - 1].second > spans[i].first)
+      return invalid("powersgd: the matrices of a batch overlap");
+  const phase_target t = target_of(nullptr, opt, batch[0].a.data(), {{batch[0].a.data(), "a"}});
+  if (!t.error.ok()) return t.error;
+  for (const powersgd_matrix& m : batch)
+    if (auto st = detail::check_buffer_memory(t.device != nullptr, {{m.a.data(), "a"}}, "powersgd");
+        !st.ok())
+      return st;
   if (t.device != nullptr)
-    return t.device->compute_q(p.data(), residual.data(), rows, cols, r, spec.eps, q.data(),
-                               opt.stream);
-  powersgd_kernels_in_use().orthogonalize(p.data(), rows, r, spec.eps);
-  powersgd_kernels_in_use().compute_q(residual.data(), rows, cols, p.data(), r, q.data());
+    return t.device->orthogonalize_batch(batch.data(), batch.size(), eps, opt.stream);
+  for (const powersgd_matrix& m : batch)
+    powersgd_kernels_in_use().orthogonalize(m.a.data(), m.rows, m.r, eps);
   return {};
 }
 

@@ -306,6 +306,57 @@ TEST(PowerSgdPhases, MultiRankStepIsIdenticalOnEveryRankWithExactFeedback) {
 }
 
 // With a 16-bit output the residual uses the f32 value of out, before rounding.
+TEST(PowerSgdPhases, BatchedOrthogonalizationAndProjectionEqualComputeQ) {
+  gc::codec_spec spec = gc::make_spec(gc::codec_id::powersgd);
+  spec.rank = 3;
+  struct shape {
+    std::uint64_t rows, cols;
+  };
+  const shape shapes[] = {{7, 5}, {40, 33}, {1, 9}, {65, 2}, {12, 12}};
+  // One buffer holding every P back to back, as the dense strategy keeps them.
+  std::vector<std::uint64_t> at;
+  std::uint64_t total = 0;
+  for (const auto& s : shapes) {
+    at.push_back(total);
+    total += s.rows * gc::powersgd_rank(spec, s.rows, s.cols);
+  }
+  std::vector<float> p_batch = uniform(total, 77);
+  p_batch[0] = p_batch[1] = 0.0f;  // a zero entry in the first layer's first column
+  std::vector<float> p_each = p_batch;
+  std::vector<gc::powersgd_matrix> batch;
+  for (std::size_t t = 0; t < std::size(shapes); ++t) {
+    const std::uint32_t r = gc::powersgd_rank(spec, shapes[t].rows, shapes[t].cols);
+    batch.push_back({{p_batch.data() + at[t], shapes[t].rows * r}, shapes[t].rows, r});
+  }
+  ASSERT_TRUE(gc::powersgd_orthogonalize_batch(batch, spec.eps).ok());
+  for (std::size_t t = 0; t < std::size(shapes); ++t) {
+    const auto& s = shapes[t];
+    const std::uint32_t r = gc::powersgd_rank(spec, s.rows, s.cols);
+    const std::vector<float> m = uniform(s.rows * s.cols, 100 + t);
+    std::vector<float> q_each(s.cols * r), q_proj(s.cols * r);
+    ASSERT_TRUE(
+        gc::powersgd_compute_q(spec, {p_each.data() + at[t], s.rows * r}, m, s.rows, s.cols, q_each)
+            .ok());
+    ASSERT_TRUE(gc::powersgd_project_q(spec, {p_batch.data() + at[t], s.rows * r}, m, s.rows,
+                                       s.cols, q_proj)
+                    .ok());
+    EXPECT_TRUE(same_bits(q_proj, q_each)) << "layer " << t;
+  }
+  EXPECT_TRUE(same_bits(p_batch, p_each)) << "orthogonalised P";
+  // Bad batches are refused before any matrix is touched.
+  const auto before = p_batch;
+  auto overlapping = batch;
+  overlapping[1].a = {p_batch.data() + at[1] - 1, overlapping[1].a.size()};
+  EXPECT_EQ(gc::powersgd_orthogonalize_batch(overlapping, spec.eps).code(),
+            status_code::invalid_argument);
+  auto short_one = batch;
+  short_one[2].a = short_one[2].a.first(short_one[2].a.size() - 1);
+  EXPECT_EQ(gc::powersgd_orthogonalize_batch(short_one, spec.eps).code(),
+            status_code::shape_mismatch);
+  EXPECT_TRUE(same_bits(p_batch, before));
+  EXPECT_TRUE(gc::powersgd_orthogonalize_batch({}, spec.eps).ok());
+}
+
 TEST(PowerSgdPhases, FeedbackUsesTheF32OutputBeforeDtypeRounding) {
   const std::uint64_t rows = 24, cols = 20;
   const auto s = psgd(2);

@@ -18,6 +18,7 @@
 #include "element_ops.hpp"
 #include "gradcodec/blocks/bytes.hpp"
 #include "gradcodec/comm/allreduce.hpp"
+#include "gradcodec/powersgd.hpp"
 
 namespace gradcodec::comm::detail {
 
@@ -84,6 +85,7 @@ struct workspace::impl {
   std::vector<detail::slot> slots;
   std::vector<const_bytes> frames;        // majority vote: the received frames
   std::vector<tensor_slot> pieces;        // segments of the tensor cover (powersgd)
+  std::vector<powersgd_matrix> matrices;  // powersgd: the P factors to orthogonalise
   std::vector<tensor_slot> bucket_slots;  // allreduce_tensors
   std::vector<std::uint64_t> sizes_a, sizes_b, lengths;
 
@@ -205,6 +207,10 @@ status failure_status(std::uint64_t word);
 std::span<std::byte> codec_scratch(run& r, const codec_spec& spec, const_tensor_view shape,
                                    operation op);
 
+//! Whether a frame starts 16-byte aligned (the CUDA kernels need it); a failure on the
+//! run otherwise.
+bool frame_aligned(run& r, const void* frame);
+
 //! Encodes `in` into dst, with error feedback on `residual` when it has data (the worker's
 //! or the server's residual). The frame's bytes; 0 with the failure recorded on the run.
 std::uint64_t encode_frame(run& r, const context& fctx, const_tensor_view in, tensor_view residual,
@@ -319,6 +325,7 @@ enum class local_reason : std::uint16_t {
   bad_tensors = 4,
   state_mismatch = 5,
   bad_hierarchy = 6,
+  nonfinite_on_device = 7,
 };
 std::string_view reason_text(local_reason r) noexcept;
 

@@ -100,11 +100,20 @@ status run_powersgd_dense(run& r) {
   if (auto st = dense_reduce(r, values, p_total + dense_total, p_total, 1.0f, r.alpha); !st.ok())
     return st;
   if (!r.failed()) {
+    // Q = M^T orth(P): every P orthogonalised in one batch (one launch on a GPU for up to
+    // 64 layers), then the products; the same bits as powersgd_compute_q per tensor.
     timer t(r.times, &phase_times::encode_s);
+    auto& batch = r.ws.matrices;
+    batch.clear();
+    for_each([&](std::uint64_t, const segment&, const factor& f, std::uint64_t p_at, std::uint64_t,
+                 std::uint64_t) {
+      if (f.compressed) batch.push_back({{values + p_at, f.rows * f.rank}, f.rows, f.rank});
+    });
+    if (auto st = powersgd_orthogonalize_batch(batch, spec.eps, opt); !st.ok()) r.fail(st);
     for_each([&](std::uint64_t, const segment& g, const factor& f, std::uint64_t p_at,
                  std::uint64_t q_at, std::uint64_t) {
       if (!f.compressed) return;
-      if (auto st = powersgd_compute_q(spec, {values + p_at, f.rows * f.rank},
+      if (auto st = powersgd_project_q(spec, {values + p_at, f.rows * f.rank},
                                        {residual + g.offset, g.len}, f.rows, f.cols,
                                        {q + q_at, f.cols * f.rank}, opt);
           !st.ok())

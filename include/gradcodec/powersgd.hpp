@@ -106,6 +106,29 @@ status powersgd_finish(const codec_spec& spec, std::span<const float> p, std::sp
 status powersgd_orthogonalize(std::span<float> a, std::uint64_t rows, std::uint32_t r, float eps,
                               const exec_options& opt) noexcept;
 
+// --- many layers at once ------------------------------------------------------------------
+
+//! One matrix of a batch: `a` holds rows x r floats, row-major.
+struct powersgd_matrix {
+  std::span<float> a;
+  std::uint64_t rows = 0;
+  std::uint32_t r = 0;
+};
+
+//! powersgd_orthogonalize of every matrix of the batch with the same eps, bit for bit as one
+//! call each; the matrices must not overlap. On the GPU (opt as for the phases, decided by
+//! the first matrix) one launch takes up to 64 matrices, a warp each, instead of a launch
+//! per layer. Every matrix is checked before any is touched.
+status powersgd_orthogonalize_batch(std::span<const powersgd_matrix> batch, float eps,
+                                    const exec_options& opt = {}) noexcept;
+
+//! q = M^T p (cols x r) for a p that is already orthonormal. powersgd_compute_q is
+//! powersgd_orthogonalize(p) then this, so a caller with many tensors can orthogonalise
+//! all their P factors in one powersgd_orthogonalize_batch and get the same bits.
+status powersgd_project_q(const codec_spec& spec, std::span<const float> p,
+                          std::span<const float> residual, std::uint64_t rows, std::uint64_t cols,
+                          std::span<float> q, const exec_options& opt = {}) noexcept;
+
 // --- checkpointing --------------------------------------------------------------------
 
 //! What a saved state describes: the matrix shape, the effective rank and a step counter

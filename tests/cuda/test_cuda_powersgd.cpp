@@ -125,6 +125,51 @@ TEST(CudaPowersgdPhases, MatchTheHostPhases) {
   check_phases({40, 50, 4}, gc::dtype::f32, gc::dtype::f32, 1, true, true);
 }
 
+// Many layers at once: 70 matrices of mixed shapes (two launches of up to 64) in one
+// device buffer, against the host batch; then Q = M^T P of one layer by project_q.
+TEST(CudaPowersgdPhases, BatchedOrthogonalizationMatchesTheHost) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: the PowerSGD phase test needs a GPU";
+  gc::codec_spec spec = gc::make_spec(gc::codec_id::powersgd);
+  std::vector<std::uint64_t> rows, at;
+  std::vector<std::uint32_t> ranks;
+  std::uint64_t total = 0;
+  for (int t = 0; t < 70; ++t) {
+    rows.push_back(1 + static_cast<std::uint64_t>(t * 37 % 300));
+    ranks.push_back(1 + static_cast<std::uint32_t>(t % 8));
+    at.push_back(total);
+    total += rows.back() * ranks.back();
+  }
+  std::vector<float> host = gaussian(total, 4242);
+  device_bytes dev(tensor(host, gc::dtype::f32).bytes);
+  std::vector<gc::powersgd_matrix> hb, db;
+  for (std::size_t t = 0; t < rows.size(); ++t) {
+    hb.push_back({{host.data() + at[t], rows[t] * ranks[t]}, rows[t], ranks[t]});
+    db.push_back({floats(dev, total).subspan(at[t], rows[t] * ranks[t]), rows[t], ranks[t]});
+  }
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  gc::exec_options on_gpu;
+  on_gpu.where = gc::backend::cuda;
+  on_gpu.stream = s;
+  ASSERT_TRUE(gc::powersgd_orthogonalize_batch(hb, spec.eps).ok());
+  ASSERT_TRUE(gc::powersgd_orthogonalize_batch(db, spec.eps, on_gpu).ok());
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  expect_same(host, dev, "orthogonalised batch");
+  // project_q on one orthonormal P equals the host's.
+  const std::uint64_t layer = 5, cols = 33;
+  spec.rank = ranks[layer];
+  const std::vector<float> mh = gaussian(rows[layer] * cols, 99);
+  device_bytes dm(tensor(mh, gc::dtype::f32).bytes), dq(cols * ranks[layer] * 4);
+  std::vector<float> q(cols * ranks[layer]);
+  ASSERT_TRUE(gc::powersgd_project_q(spec, hb[layer].a, mh, rows[layer], cols, q).ok());
+  ASSERT_TRUE(gc::powersgd_project_q(spec, db[layer].a, floats(dm, mh.size()), rows[layer], cols,
+                                     floats(dq, q.size()), on_gpu)
+                  .ok());
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  expect_same(q, dq, "project_q");
+  cudaStreamDestroy(s);
+}
+
 TEST(CudaPowersgdPhases, BadCallsAreRefusedBeforeAnythingIsQueued) {
   if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: the PowerSGD phase test needs a GPU";
   gc::codec_spec spec = gc::make_spec(gc::codec_id::powersgd);
