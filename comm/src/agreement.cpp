@@ -50,6 +50,8 @@ std::string_view reason_text(local_reason r) noexcept {
       return "its error-feedback state belongs to another configuration";
     case local_reason::bad_hierarchy:
       return "its hierarchy is inconsistent (intra/inter communicators)";
+    case local_reason::nonfinite_on_device:
+      return "its spec asks for nonfinite=error, which device memory cannot check";
   }
   return "unknown reason";
 }

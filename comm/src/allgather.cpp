@@ -103,6 +103,7 @@ class allgather_program final : public program {
     auto ws = codec_scratch(r, r.cfg.spec, accv, operation::decode_accumulate);
     for (std::uint64_t q = 0; q < w && !r.failed(); ++q) {
       const const_bytes frame{s.recv.data() + off[q], len[q]};
+      if (!frame_aligned(r, frame.data())) break;
       if (auto st = decode_accumulate(frame, accv, r.alpha, r.exec(ws)); !st.ok()) r.fail(st);
     }
     if (r.failed() || direct) return {};

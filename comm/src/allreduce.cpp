@@ -113,6 +113,11 @@ std::optional<std::pair<local_reason, status>> check_local(const allreduce_confi
                {status_code::invalid_argument,
                 "allreduce: in and out need equal n, valid dtypes, data, rows dividing n, "
                 "and no partial overlap"});
+  if (mem.space() == memory_space::device && cfg.spec.nonfinite == nonfinite_policy::error)
+    return bad(local_reason::nonfinite_on_device,
+               {status_code::invalid_argument,
+                "allreduce: nonfinite=error needs a host scan; device memory takes "
+                "nonfinite=propagate"});
   if (in.n > 0 && (!mem.accessible(in.data) || !mem.accessible(out.data)))
     return bad(local_reason::bad_views,
                {status_code::invalid_argument,

@@ -66,6 +66,16 @@ const float* f32_at(const_tensor_view flat, std::uint64_t i) {
   return static_cast<const float*>(flat.data) + i;
 }
 
+//! Every tensor must be in m's memory (a host tensor given to device kernels would fault).
+template <class View>
+status check_memory(std::span<const View> tensors, const memory_ops& m, const char* who) {
+  for (const View& t : tensors)
+    if (t.n > 0 && !m.accessible(t.data))
+      return {status_code::invalid_argument,
+              std::string(who).append(": a tensor is not in the communicator's memory")};
+  return {};
+}
+
 status need_f32(dtype t, const char* who) {
   if (t == dtype::f32) return {};
   return {status_code::invalid_argument, std::string(who).append(": the flat buffer must be f32")};
@@ -100,6 +110,7 @@ status pack_bucket(std::span<const const_tensor_view> tensors, std::span<const t
                    tensor_view flat, memory_ops& m) noexcept {
   if (auto st = need_f32(flat.type, "pack_bucket"); !st.ok()) return st;
   if (auto st = check_tensors(tensors, slots, flat.n, "pack_bucket"); !st.ok()) return st;
+  if (auto st = check_memory(tensors, m, "pack_bucket"); !st.ok()) return st;
   std::uint64_t at = 0;
   for (std::size_t t = 0; t <= slots.size(); ++t) {
     const std::uint64_t next = t < slots.size() ? slots[t].offset : flat.n;
@@ -116,6 +127,7 @@ status unpack_bucket(const_tensor_view flat, std::span<const tensor_slot> slots,
                      std::span<const tensor_view> tensors, memory_ops& m) noexcept {
   if (auto st = need_f32(flat.type, "unpack_bucket"); !st.ok()) return st;
   if (auto st = check_tensors(tensors, slots, flat.n, "unpack_bucket"); !st.ok()) return st;
+  if (auto st = check_memory(tensors, m, "unpack_bucket"); !st.ok()) return st;
   for (std::size_t t = 0; t < slots.size(); ++t)
     if (auto st = m.from_f32(f32_at(flat, slots[t].offset), tensors[t]); !st.ok()) return st;
   return {};

@@ -146,6 +146,7 @@ std::span<std::byte> codec_scratch(run& r, const codec_spec& spec, const_tensor_
 
 std::uint64_t encode_frame(run& r, const context& fctx, const_tensor_view in, tensor_view residual,
                            mutable_bytes dst) {
+  if (!frame_aligned(r, dst.data())) return 0;
   const bool feedback = residual.data != nullptr;
   auto ws = codec_scratch(r, r.cfg.spec, in,
                           feedback ? operation::encode_with_feedback : operation::encode);
@@ -158,6 +159,12 @@ std::uint64_t encode_frame(run& r, const context& fctx, const_tensor_view in, te
     return 0;
   }
   return written.value();
+}
+
+bool frame_aligned(run& r, const void* frame) {
+  if (reinterpret_cast<std::uintptr_t>(frame) % frame_align == 0) return true;
+  r.fail({status_code::internal_error, "allreduce: a frame is not 16-byte aligned"});
+  return false;
 }
 
 context frame_context(const run& r, std::uint64_t role, std::uint64_t segment,
@@ -229,7 +236,10 @@ status wait(run& r, request& req) {
 status drive(run& r, program& p) {
   const int k_last = p.exchanges();
   const std::uint64_t n_seg = r.segments;
-  const bool staggered = r.cfg.pipeline && n_seg > 1;
+  // On device memory every host copy of a block header waits for the whole stream, the
+  // next segment's transfer included, so staggering would overlap nothing; it would also
+  // allocate while a transfer is in flight, which can deadlock several GPUs of a process.
+  const bool staggered = r.cfg.pipeline && n_seg > 1 && r.mem.space() == memory_space::host;
   const std::size_t need = staggered ? static_cast<std::size_t>(k_last) + 1 : 1;
   if (r.ws.slots.size() < need) r.ws.slots.resize(need);
   status fatal;

@@ -63,6 +63,25 @@ __global__ void accumulate_kernel(const void* v, dtype type, std::uint64_t n, fl
     acc[j] = accumulated(j < split ? alpha_lo : alpha_hi, load_value(v, type, j), acc[j]);
 }
 
+//! Makes `device` current for a scope (the caller's thread may have another current).
+class device_scope {
+ public:
+  explicit device_scope(int device) {
+    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device &&
+        cudaSetDevice(device) == cudaSuccess)
+      switched_ = true;
+  }
+  ~device_scope() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+  device_scope(const device_scope&) = delete;
+  device_scope& operator=(const device_scope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
 void release_device(void* p) noexcept { (void)cudaFree(p); }
 
 //! For blocks that outlive their cuda_memory: waits for the block's device, then copies.
@@ -96,6 +115,7 @@ bool cuda_memory::accessible(const void* p) const noexcept {
 }
 
 memory_ops::block cuda_memory::allocate(std::size_t bytes) noexcept {
+  const device_scope on(device_);
   void* p = nullptr;
   if (cudaMalloc(&p, std::max<std::size_t>(bytes, 1)) != cudaSuccess) {
     (void)cudaGetLastError();
@@ -110,9 +130,16 @@ memory_ops::block cuda_memory::allocate(std::size_t bytes) noexcept {
   return b;
 }
 
-status cuda_memory::staging(std::size_t bytes) {
-  if (bytes <= pinned_bytes_) return {};
+status cuda_memory::drain() {
   if (auto st = drain_(); !st.ok()) return st;
+  pinned_busy_ = false;
+  return {};
+}
+
+status cuda_memory::staging(std::size_t bytes) {
+  if (pinned_busy_)
+    if (auto st = drain(); !st.ok()) return st;
+  if (bytes <= pinned_bytes_) return {};
   if (pinned_ != nullptr) GRADCODEC_COMM_CUDA(cudaFreeHost(pinned_));
   pinned_ = nullptr;
   pinned_bytes_ = 0;
@@ -124,41 +151,52 @@ status cuda_memory::staging(std::size_t bytes) {
 
 status cuda_memory::upload(void* dst, const void* host_src, std::size_t bytes) {
   if (bytes == 0) return {};
+  const device_scope on(device_);
   if (auto st = staging(bytes); !st.ok()) return st;
   std::memcpy(pinned_, host_src, bytes);
   GRADCODEC_COMM_CUDA(cudaMemcpyAsync(dst, pinned_, bytes, cudaMemcpyHostToDevice, stream_));
-  return drain_();  // the staging bytes are free again, and host_src was never read late
+  pinned_busy_ = true;
+  return drain();  // the staging bytes are free again, and host_src was never read late
 }
 
 status cuda_memory::download(void* host_dst, const void* src, std::size_t width, std::size_t pitch,
                              std::size_t rows) {
   if (width == 0 || rows == 0) return {};
+  const device_scope on(device_);
   if (auto st = staging(width * rows); !st.ok()) return st;
-  GRADCODEC_COMM_CUDA(
-      cudaMemcpy2DAsync(pinned_, width, src, pitch, width, rows, cudaMemcpyDeviceToHost, stream_));
-  if (auto st = drain_(); !st.ok()) return st;
+  if (rows == 1)
+    GRADCODEC_COMM_CUDA(cudaMemcpyAsync(pinned_, src, width, cudaMemcpyDeviceToHost, stream_));
+  else
+    GRADCODEC_COMM_CUDA(cudaMemcpy2DAsync(pinned_, width, src, pitch, width, rows,
+                                          cudaMemcpyDeviceToHost, stream_));
+  pinned_busy_ = true;
+  if (auto st = drain(); !st.ok()) return st;
   std::memcpy(host_dst, pinned_, width * rows);
   return {};
 }
 
 status cuda_memory::copy(void* dst, const void* src, std::size_t bytes) {
+  const device_scope on(device_);
   if (bytes > 0)
     GRADCODEC_COMM_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   return {};
 }
 
 status cuda_memory::zero(void* dst, std::size_t bytes) {
+  const device_scope on(device_);
   if (bytes > 0) GRADCODEC_COMM_CUDA(cudaMemsetAsync(dst, 0, bytes, stream_));
   return {};
 }
 
 status cuda_memory::put_words(void* dst, std::uint64_t first, std::uint64_t second) {
+  const device_scope on(device_);
   put_words_kernel<<<1, 16, 0, stream_>>>(static_cast<std::byte*>(dst), first, second);
   return launched("put_words_kernel");
 }
 
 status cuda_memory::to_f32(const_tensor_view src, float divisor, float* dst) {
   if (src.n == 0) return {};
+  const device_scope on(device_);
   to_f32_kernel<<<blocks_for(src.n), threads, 0, stream_>>>(src.data, src.type, src.n, divisor,
                                                             dst);
   return launched("to_f32_kernel");
@@ -166,6 +204,7 @@ status cuda_memory::to_f32(const_tensor_view src, float divisor, float* dst) {
 
 status cuda_memory::from_f32(const float* src, tensor_view dst) {
   if (dst.n == 0) return {};
+  const device_scope on(device_);
   from_f32_kernel<<<blocks_for(dst.n), threads, 0, stream_>>>(src, dst.data, dst.type, dst.n);
   return launched("from_f32_kernel");
 }
@@ -173,6 +212,7 @@ status cuda_memory::from_f32(const float* src, tensor_view dst) {
 status cuda_memory::accumulate(const_tensor_view v, float alpha_lo, float alpha_hi,
                                std::uint64_t split, float* acc) {
   if (v.n == 0) return {};
+  const device_scope on(device_);
   accumulate_kernel<<<blocks_for(v.n), threads, 0, stream_>>>(v.data, v.type, v.n, alpha_lo,
                                                               alpha_hi, split, acc);
   return launched("accumulate_kernel");

@@ -44,14 +44,18 @@ class cuda_memory final : public memory_ops {
   [[nodiscard]] host_copy_fn detached_download() const noexcept override;
 
  private:
-  //! Pinned host bytes for copies, grown on demand (after a drain: no copy uses it then).
+  //! Pinned host bytes for copies, grown on demand; waits first if a copy may still use
+  //! them (after a failed drain).
   status staging(std::size_t bytes);
+  //! Waits for the stream; the staging bytes are free afterwards.
+  status drain();
 
   cudaStream_t stream_;
   int device_;
   std::function<status()> drain_;
   void* pinned_ = nullptr;
   std::size_t pinned_bytes_ = 0;
+  bool pinned_busy_ = false;  // a queued copy may still read or write pinned_
 };
 
 }  // namespace gradcodec::comm::detail

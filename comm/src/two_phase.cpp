@@ -182,6 +182,7 @@ class two_phase_program final : public program {
       const tensor_view accv = f32_view(acc, mine.len);
       auto ws = codec_scratch(r, r.cfg.spec, accv, operation::decode_accumulate);
       for (std::size_t q = 0; q < w && !r.failed(); ++q) {
+        if (!frame_aligned(r, s.recv.data() + s.offsets[q])) break;
         if (auto st = decode_accumulate({s.recv.data() + s.offsets[q], s.lengths[q]}, accv, r.alpha,
                                         r.exec(ws));
             !st.ok())
@@ -248,6 +249,7 @@ class two_phase_program final : public program {
       if (ch.len == 0) continue;
       const tensor_view dst = slice(r.out, g.offset + ch.begin, ch.len);
       auto ws = codec_scratch(r, r.cfg.spec, dst, operation::decode);
+      if (!frame_aligned(r, s.server_recv.data() + s.offsets[c])) break;
       if (auto st = decode({s.server_recv.data() + s.offsets[c], s.lengths[c]}, dst, r.exec(ws));
           !st.ok())
         r.fail(st);

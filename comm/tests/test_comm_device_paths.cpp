@@ -38,30 +38,50 @@ TEST(DevicePaths, EveryScenarioMatchesTheHostPathBitForBit) {
   EXPECT_EQ(simulated_device_memory::violations(), before);
 }
 
-TEST(DevicePaths, HostBuffersOnADeviceCommunicatorAreRefusedOnEveryRank) {
-  auto st = gcc::run_threads(3, [](gcc::communicator& c) -> status {
-    device_like_communicator dev(c);
-    gcc::allreduce_config cfg;
-    cfg.spec = gc::parse_spec("qsgd:levels=7,bucket=64").value();
-    cfg.where = gc::backend::reference;
-    auto g = make_grad(300, c.rank(), 0, 1.0f);  // host memory on every rank
-    gcc::allreduce_state state;
-    gcc::workspace ws;
-    if (c.rank() != 1) {
-      // Only rank 1 passes host memory: the others must hear of it, not hang.
-      auto& mem = *dev.memory_services();
-      auto b = mem.allocate(g.size() * 4);
-      if (auto s = mem.upload(b.get(), g.data(), g.size() * 4); !s.ok()) return s;
-      const gc::tensor_view io{b.get(), g.size(), gc::dtype::f32, 0};
-      return gcc::allreduce(dev, cfg, {1, 0, 0}, io, io, state, ws);
-    }
+//! One allreduce step of `spec` over a simulated device communicator wrapping c, on this
+//! rank's gradient of n elements: in device memory, or (on_host) left in host memory.
+status one_device_step(gcc::communicator& c, const char* spec, std::uint64_t n, bool on_host) {
+  device_like_communicator dev(c);
+  gcc::allreduce_config cfg;
+  cfg.spec = gc::parse_spec(spec).value();
+  cfg.where = gc::backend::reference;
+  gcc::allreduce_state state;
+  gcc::workspace ws;
+  auto g = make_grad(n, c.rank(), 0, 1.0f);
+  if (on_host)
     return gcc::allreduce(dev, cfg, {1, 0, 0}, gc::view(std::as_const(g)), gc::view(g), state, ws);
-  });
+  auto& mem = *dev.memory_services();
+  auto b = mem.allocate(n * 4);
+  if (auto s = mem.upload(b.get(), g.data(), n * 4); !s.ok()) return s;
+  const gc::tensor_view io{b.get(), n, gc::dtype::f32, 0};
+  return gcc::allreduce(dev, cfg, {1, 0, 0}, io, io, state, ws);
+}
+
+//! Every status is comm_error and names `needle`.
+void expect_everywhere(const std::vector<status>& st, const char* needle) {
   for (const auto& s : st) {
     EXPECT_EQ(s.code(), status_code::comm_error) << s.message();
-    EXPECT_NE(std::string(s.message()).find("rank 1 cannot run this call"), std::string::npos)
-        << s.message();
+    EXPECT_NE(std::string(s.message()).find(needle), std::string::npos) << s.message();
   }
+}
+
+TEST(DevicePaths, HostBuffersOnADeviceCommunicatorAreRefusedOnEveryRank) {
+  // Only rank 1 passes host memory: the others must hear of it, not hang.
+  expect_everywhere(gcc::run_threads(3,
+                                     [](gcc::communicator& c) {
+                                       return one_device_step(c, "qsgd:levels=7,bucket=64", 300,
+                                                              c.rank() == 1);
+                                     }),
+                    "rank 1 cannot run this call");
+}
+
+TEST(DevicePaths, NonfiniteErrorSpecsAreRefusedOnEveryRank) {
+  expect_everywhere(gcc::run_threads(2,
+                                     [](gcc::communicator& c) {
+                                       return one_device_step(c, "qsgd:levels=7,nonfinite=error",
+                                                              64, false);
+                                     }),
+                    "nonfinite=error");
 }
 
 //! Runs `steps` steps of a two-phase QSGD allreduce (both residuals in the state) on two

@@ -97,8 +97,9 @@ class workspace {
 //! Compressed allreduce over `comm`. `in` is this rank's gradient, `out` receives the
 //! result (same n; any dtype each; out may be the same memory as in, not a partial
 //! overlap), both in the communicator's memory: device memory of its GPU for NCCL, where
-//! everything runs on its stream and the call returns with the last decode queued. On error every rank returns a status (the same one for configuration
-//! disagreements: comm_error naming the field), and out and state are unspecified.
+//! everything runs on its stream and the call returns with the last decode queued. On error every
+//! rank returns a status (the same one for configuration disagreements: comm_error naming the
+//! field), and out and state are unspecified.
 status allreduce(communicator& comm, const allreduce_config& cfg, const context& ctx,
                  const_tensor_view in, tensor_view out, allreduce_state& state, workspace& ws,
                  phase_times* times = nullptr);

@@ -53,7 +53,7 @@ class memory_ops {
   //! device or managed allocations).
   [[nodiscard]] virtual bool accessible(const void* p) const noexcept = 0;
 
-  //! `bytes` zeroed bytes, 64-byte aligned; an empty block when out of memory.
+  //! `bytes` zeroed bytes, at least 64-byte aligned; an empty block when out of memory.
   virtual block allocate(std::size_t bytes) noexcept = 0;
 
   //! Host memory -> this memory. The host bytes may be reused when the call returns.
@@ -68,7 +68,7 @@ class memory_ops {
   //! Within this memory; the ranges do not overlap.
   virtual status copy(void* dst, const void* src, std::size_t bytes) = 0;
   virtual status zero(void* dst, std::size_t bytes) = 0;
-  //! Writes two 64-bit words (a block header) at dst, 8-byte aligned.
+  //! Writes two 64-bit words (a block header) at dst, little-endian, at any alignment.
   virtual status put_words(void* dst, std::uint64_t first, std::uint64_t second) = 0;
 
   //! dst[j] = float(src[j]) / divisor, for j < src.n.
