@@ -444,9 +444,13 @@ class HookState:
         if b.matrices:
             _, p_red = reduce(p, False)
             copy_back(p, p_red)
+            # Every P at once (one launch per 64 layers on a GPU), then Q = M^T P each:
+            # the bits of powersgd_compute_q per layer.
+            _gc.powersgd_orthogonalize_batch(
+                p, [(mat.p_off, mat.rows, mat.rank) for mat in b.matrices], codec.params["eps"])
             for mat in b.matrices:
                 size = mat.rows * mat.cols
-                _gc.powersgd_compute_q(codec, p[mat.p_off:mat.p_off + mat.rows * mat.rank],
+                _gc.powersgd_project_q(codec, p[mat.p_off:mat.p_off + mat.rows * mat.rank],
                                        m[mat.m_off:mat.m_off + size], mat.rows, mat.cols,
                                        q[mat.q_off:mat.q_off + mat.cols * mat.rank])
             work, q_red = reduce(q, True)

@@ -8,6 +8,10 @@
 //! calls; the checkpoint functions read and write host memory only.
 
 #include <string>
+#include <tuple>
+#include <vector>
+
+#include <nanobind/stl/tuple.h>
 
 #include "common.hpp"
 
@@ -144,6 +148,52 @@ void register_powersgd(nb::module_& m) {
       nb::arg("a"), nb::arg("rows"), nb::arg("r"), nb::arg("eps") = 1e-8f,
       "Orthonormalises the r columns of a (rows x r float32, row-major) in place (modified\n"
       "Gram-Schmidt, docs/codecs.md).");
+  m.def(
+      "powersgd_project_q",
+      [](nb::handle spec, const in_array& p, const in_array& residual, std::uint64_t rows,
+         std::uint64_t cols, const out_array& q) {
+        const codec_spec s = powersgd_spec(spec);
+        exec_options opt;
+        call_device dev;
+        const auto ps = f32_in(p, "p", dev, opt);
+        const auto res = f32_in(residual, "residual", dev, opt);
+        const auto qs = f32_out(q, "q", dev, opt);
+        const device_scope scope(dev, opt);
+        auto run = [&]() -> status {
+          nb::gil_scoped_release nogil;
+          return powersgd_project_q(s, ps, res, rows, cols, qs, opt);
+        };
+        check(run());
+      },
+      nb::arg("spec"), nb::arg("p"), nb::arg("residual"), nb::arg("rows"), nb::arg("cols"),
+      nb::arg("q"),
+      "q = M^T p for an already orthonormal p (powersgd_compute_q is\n"
+      "powersgd_orthogonalize, then this).");
+  m.def(
+      "powersgd_orthogonalize_batch",
+      [](const out_array& a, const std::vector<std::tuple<std::uint64_t, std::uint64_t,
+                                                          std::uint32_t>>& matrices,
+         float eps) {
+        exec_options opt;
+        call_device dev;
+        const auto as = f32_out(a, "a", dev, opt);
+        std::vector<powersgd_matrix> batch;
+        for (const auto& [offset, rows, r] : matrices) {
+          if (offset > as.size() || rows * r > as.size() - offset)
+            throw nb::value_error("powersgd_orthogonalize_batch: a matrix lies past the array");
+          batch.push_back({as.subspan(offset, rows * r), rows, r});
+        }
+        const device_scope scope(dev, opt);
+        auto run = [&]() -> status {
+          nb::gil_scoped_release nogil;
+          return powersgd_orthogonalize_batch(batch, eps, opt);
+        };
+        check(run());
+      },
+      nb::arg("a"), nb::arg("matrices"), nb::arg("eps") = 1e-8f,
+      "Orthonormalises, in place, each matrix (offset, rows, r) of the float32 array a\n"
+      "(rows x r, row-major, from element offset): the same bits as one\n"
+      "powersgd_orthogonalize each, in one launch per 64 matrices on a GPU.");
   m.def("powersgd_state_bytes", &powersgd_state_bytes, nb::arg("rows"), nb::arg("cols"),
         nb::arg("rank"), "Bytes of a saved state (0 for an invalid shape).");
   m.def(

@@ -532,6 +532,31 @@ def test_powersgd_phase_functions_check_sizes():
     assert not gc.powersgd_compresses(spec, 100, 1)
 
 
+def test_powersgd_batch_orthogonalization_and_projection_equal_compute_q():
+    spec = gc.Codec("powersgd:rank=2")
+    rng = np.random.default_rng(5)
+    shapes = [(9, 7), (30, 20), (4, 11)]
+    layout, at = [], 0
+    for rows, _ in shapes:
+        layout.append((at, rows, 2))
+        at += rows * 2
+    p_batch = rng.standard_normal(at).astype(np.float32)
+    p_each = p_batch.copy()
+    gc.powersgd_orthogonalize_batch(p_batch, layout, spec.params["eps"])
+    for (off, rows, r), (_, cols) in zip(layout, shapes):
+        m = rng.standard_normal(rows * cols).astype(np.float32)
+        q_each = np.zeros(cols * r, np.float32)
+        q_proj = np.zeros(cols * r, np.float32)
+        gc.powersgd_compute_q(spec, p_each[off:off + rows * r], m, rows, cols, q_each)
+        gc.powersgd_project_q(spec, p_batch[off:off + rows * r], m, rows, cols, q_proj)
+        assert q_proj.tobytes() == q_each.tobytes()
+    assert p_batch.tobytes() == p_each.tobytes()
+    with pytest.raises(ValueError):
+        gc.powersgd_orthogonalize_batch(p_batch, [(at - 1, 1, 2)])
+    expect_error(gc.StatusCode.invalid_argument, gc.powersgd_orthogonalize_batch, p_batch,
+                 [(0, 4, 2), (6, 4, 2)])  # overlapping
+
+
 @needs_torch
 def test_powersgd_phases_take_torch_tensors():
     spec = gc.Codec("powersgd:rank=2")

@@ -270,6 +270,20 @@ def test_powersgd_phases_on_cuda_equal_the_host(rows, cols, rank):
         assert np.array_equal(bits(dout), bits(hout))
 
 
+def test_powersgd_batch_orthogonalization_on_cuda_equals_the_host():
+    """70 matrices in one CUDA tensor (two launches of up to 64) against the host batch."""
+    layout, at = [], 0
+    for t in range(70):
+        rows, r = 1 + t * 37 % 300, 1 + t % 8
+        layout.append((at, rows, r))
+        at += rows * r
+    host = grad(at, seed=31)
+    dev = host.to(DEV)
+    gc.powersgd_orthogonalize_batch(host, layout, 1e-8)
+    gc.powersgd_orthogonalize_batch(dev, layout, 1e-8)
+    assert np.array_equal(bits(dev.cpu()), bits(host))
+
+
 def test_host_only_apis_refuse_device_memory_clearly():
     spec = gc.Codec("powersgd:rank=2")
     rows, cols = 16, 12
