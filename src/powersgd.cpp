@@ -409,11 +409,23 @@ status powersgd_orthogonalize_batch(std::span<const powersgd_matrix> batch, floa
   for (std::size_t i = 1; i < spans.size(); ++i)
     if (spans[i - 1].first + spans[i - 1].second > spans[i].first)
       return invalid("powersgd: the matrices of a batch overlap");
-  const phase_target t = target_of(nullptr, opt, batch[0].a.data(), {{batch[0].a.data(), "a"}});
+  if (spans.empty()) return {};  // nothing to orthogonalize
+  // The first non-empty matrix decides where an automatic batch runs (as `first` does for
+  // one matrix); every other must then live there too.
+  const float* first = spans.front().first;
+  for (const powersgd_matrix& m : batch)
+    if (!m.a.empty()) {
+      first = m.a.data();
+      break;
+    }
+  const phase_target t = target_of(nullptr, opt, first, {{first, "a"}});
   if (!t.error.ok()) return t.error;
   for (const powersgd_matrix& m : batch)
-    if (auto st = detail::check_buffer_memory(t.device != nullptr, {{m.a.data(), "a"}}, "powersgd");
-        !st.ok())
+    if (m.a.empty()) {
+      continue;  // its pointer may be one past an allocation: nothing to check or touch
+    } else if (auto st = detail::check_buffer_memory(t.device != nullptr, {{m.a.data(), "a"}},
+                                                     "powersgd");
+               !st.ok())
       return st;
   if (t.device != nullptr)
     return t.device->orthogonalize_batch(batch.data(), batch.size(), eps, opt.stream);

@@ -305,7 +305,8 @@ TEST(PowerSgdPhases, MultiRankStepIsIdenticalOnEveryRankWithExactFeedback) {
   }
 }
 
-// With a 16-bit output the residual uses the f32 value of out, before rounding.
+// orthogonalize_batch then project_q is compute_q per layer, bit for bit; bad batches are
+// refused before any matrix is touched.
 TEST(PowerSgdPhases, BatchedOrthogonalizationAndProjectionEqualComputeQ) {
   gc::codec_spec spec = gc::make_spec(gc::codec_id::powersgd);
   spec.rank = 3;
@@ -355,8 +356,13 @@ TEST(PowerSgdPhases, BatchedOrthogonalizationAndProjectionEqualComputeQ) {
             status_code::shape_mismatch);
   EXPECT_TRUE(same_bits(p_batch, before));
   EXPECT_TRUE(gc::powersgd_orthogonalize_batch({}, spec.eps).ok());
+  // Empty matrices (even one pointing past the buffer) are skipped.
+  auto with_empty = batch;
+  with_empty.insert(with_empty.begin(), {{p_batch.data() + total, 0}, 0, 3});
+  EXPECT_TRUE(gc::powersgd_orthogonalize_batch(with_empty, spec.eps).ok());
 }
 
+// With a 16-bit output the residual uses the f32 value of out, before rounding.
 TEST(PowerSgdPhases, FeedbackUsesTheF32OutputBeforeDtypeRounding) {
   const std::uint64_t rows = 24, cols = 20;
   const auto s = psgd(2);

@@ -134,8 +134,9 @@ TEST(CudaPowersgdPhases, BatchedOrthogonalizationMatchesTheHost) {
   std::vector<std::uint32_t> ranks;
   std::uint64_t total = 0;
   for (int t = 0; t < 70; ++t) {
-    rows.push_back(1 + static_cast<std::uint64_t>(t * 37 % 300));
-    ranks.push_back(1 + static_cast<std::uint32_t>(t % 8));
+    // t = 3: one row and eight columns (rows < r).
+    rows.push_back(t == 3 ? 1 : 1 + static_cast<std::uint64_t>(t * 37 % 300));
+    ranks.push_back(t == 3 ? 8 : 1 + static_cast<std::uint32_t>(t % 8));
     at.push_back(total);
     total += rows.back() * ranks.back();
   }
