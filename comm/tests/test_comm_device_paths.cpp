@@ -84,6 +84,54 @@ TEST(DevicePaths, NonfiniteErrorSpecsAreRefusedOnEveryRank) {
                     "nonfinite=error");
 }
 
+TEST(DevicePaths, CorruptBytesFromOneRankFailEveryRankWithoutHanging) {
+  // As comm.Faults.CorruptBytes*, with the headers read through device copies.
+  const std::pair<const char*, gcc::strategy> cases[] = {
+      {"topk:ratio=0.1", gcc::strategy::two_phase},
+      {"threshold:tau=0.5", gcc::strategy::two_phase},
+      {"sign:bucket=64", gcc::strategy::majority_vote},
+      {"randomk:ratio=0.1", gcc::strategy::dense},
+      {"powersgd:rank=2", gcc::strategy::dense}};
+  int exercised = 0;
+  for (const auto& [spec, how] : cases) {
+    for (int nth : {1, 2, 3}) {
+      SCOPED_TRACE(std::string(spec) + " send " + std::to_string(nth));
+      std::vector<int> garbled(3, 0);
+      auto st = gcc::run_threads(3, [&](gcc::communicator& c) -> status {
+        corrupting_communicator bad(c, 1, nth);
+        device_like_communicator dev(bad);
+        gcc::allreduce_config cfg;
+        cfg.spec = gc::parse_spec(spec).value();
+        cfg.how = how;
+        cfg.where = gc::backend::reference;
+        cfg.segment_elements = 256;
+        const std::uint64_t n = 1000;
+        auto g = make_grad(n, c.rank(), 0, 1.0f);
+        auto& mem = *dev.memory_services();
+        auto b = mem.allocate(n * 4);
+        if (auto s = mem.upload(b.get(), g.data(), n * 4); !s.ok()) return s;
+        const gc::tensor_view io{
+            b.get(), n, gc::dtype::f32,
+            how == gcc::strategy::dense && cfg.spec.id == gc::codec_id::powersgd ? 20u : 0u};
+        gcc::allreduce_state state;
+        gcc::workspace ws;
+        const status s = gcc::allreduce(dev, cfg, {1, 0, 0}, io, io, state, ws);
+        garbled[static_cast<std::size_t>(c.rank())] = bad.corrupted() ? 1 : 0;
+        return s;
+      });
+      if (garbled[1] == 0) continue;  // fewer than nth sends from rank 1
+      ++exercised;
+      for (int r = 0; r < 3; ++r) {
+        const status& e = st[static_cast<std::size_t>(r)];
+        EXPECT_TRUE(e.code() == status_code::corrupt_frame || e.code() == status_code::comm_error)
+            << "rank " << r << ": " << e.message();
+        EXPECT_EQ(e.code(), st[0].code()) << "rank " << r << ": " << e.message();
+      }
+    }
+  }
+  EXPECT_GE(exercised, 12) << "most cases make three sends from rank 1";
+}
+
 //! Runs `steps` steps of a two-phase QSGD allreduce (both residuals in the state) on two
 //! ranks, switching to host or device memory at step `switch_at`, and returns each rank's
 //! output bytes of every step.
