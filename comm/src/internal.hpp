@@ -56,7 +56,6 @@ struct slot {
   std::vector<std::uint64_t> offsets, lengths;  // where the received frames are
   std::vector<std::uint64_t> announced;         // frame bytes this rank sends per destination
   std::vector<std::uint64_t> frame_bytes;       // variable size: frame bytes of each received block
-  std::vector<std::byte> headers_out, headers_in;
   request req;
 };
 
