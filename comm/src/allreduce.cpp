@@ -155,42 +155,67 @@ agreement fields_of(const allreduce_config& cfg, strategy how, const context& ct
   return a;
 }
 
+bool same_memory(const memory_ops& a, const memory_ops& b) {
+  return a.space() == b.space() && a.device() == b.device();
+}
+
+//! Copies n floats from one memory to another, one of them host memory.
+status transfer(memory_ops& from_mem, const float* from, memory_ops& to_mem, float* to,
+                std::uint64_t n) {
+  if (to_mem.space() == memory_space::host) return from_mem.download(to, from, n * 4);
+  return to_mem.upload(to, from, n * 4);
+}
+
 status entry(communicator& world, const hierarchy* h, const allreduce_config& cfg,
              const context& ctx, const_tensor_view in, tensor_view out, allreduce_state& state,
              workspace& ws, phase_times* times) {
   // Every rank of a communicator has the same memory, so this refusal needs no agreement.
-  memory_ops* mem = world.memory_services();
+  memory_ops* mem = world.memory_services();  // the agreement's
   if (mem == nullptr)
     return {status_code::backend_unavailable,
             std::string("allreduce: this build cannot run the strategies on the memory of the '")
                 .append(world.name())
                 .append("' communicator (a device communicator needs the CUDA backend)")};
+  // Where in, out and the node sums live: the world's memory, or a hierarchy's node
+  // memory (NCCL inside each node under an MPI world, say).
+  memory_ops* data_mem = mem;
+  if (h != nullptr && h->intra != nullptr && h->intra->memory_services() != nullptr)
+    data_mem = h->intra->memory_services();
   result<strategy> how = strategy::allgather;
-  auto failure = check_local(cfg, in, out, *mem, how);
+  auto failure = check_local(cfg, in, out, *data_mem, how);
   const strategy resolved = how ? how.value() : strategy::automatic;
 
   // The communicator the compressed stage runs over, and this rank's role in it.
   communicator* stage = &world;
+  memory_ops* stage_mem = data_mem;  // where the compressed stage's buffers and state live
   state_role role = state_role::flat;
   if (h != nullptr) {
-    // Both levels must use the world's memory: the node sum feeds the leaders' stage.
-    const auto same_memory = [&](communicator* c) {
-      memory_ops* m = c == nullptr ? mem : c->memory_services();
-      return m != nullptr && m->space() == mem->space() && m->device() == mem->device();
-    };
+    // The node sum moves from the node's memory to the leaders' when they differ, through
+    // the host: one of the two must be host memory.
+    memory_ops* inter_mem = h->inter != nullptr ? h->inter->memory_services() : data_mem;
+    const bool movable = inter_mem != nullptr && (same_memory(*inter_mem, *data_mem) ||
+                                                  inter_mem->space() == memory_space::host ||
+                                                  data_mem->space() == memory_space::host);
     const bool consistent = h->world == &world && h->intra != nullptr &&
-                            (h->leader() == (h->inter != nullptr)) && same_memory(h->intra.get()) &&
-                            same_memory(h->inter.get());
+                            h->intra->memory_services() != nullptr &&
+                            (h->leader() == (h->inter != nullptr)) && movable;
     if (!consistent && !failure)
       failure = std::pair{local_reason::bad_hierarchy, status{status_code::invalid_argument,
                                                               "allreduce: inconsistent hierarchy"}};
     role = h->leader() ? state_role::leader : state_role::member;
     stage = h->leader() ? h->inter.get() : h->intra.get();
+    if (stage != nullptr && stage->memory_services() != nullptr)
+      stage_mem = stage->memory_services();
+    if (!failure && stage_mem->space() == memory_space::device &&
+        cfg.spec.nonfinite == nonfinite_policy::error)
+      failure = std::pair{
+          local_reason::nonfinite_on_device,
+          status{status_code::invalid_argument, "allreduce: nonfinite=error needs a host scan"}};
   }
   std::optional<run> r;
   const std::uint64_t fp = config_fingerprint(cfg, resolved, in.n, in.rows, role);
   if (!failure && stage != nullptr) {
-    r.emplace(run{*stage, cfg, resolved, ctx, in, out, state, ws.get(), times, *mem});
+    r.emplace(run{*stage, cfg, resolved, ctx, in, out, state, ws.get(), times, *stage_mem});
     configure(*r, h == nullptr && cfg.average);
     if (state.initialized() && !state_matches(*r, role, fp))
       failure = std::pair{local_reason::state_mismatch,
@@ -217,10 +242,10 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
   } else {
     // 1. Sum the node's gradients (weighted 1/W_world for the mean) into the leader's buffer.
     const float alpha = cfg.average ? 1.0f / static_cast<float>(world.size()) : 1.0f;
-    run ri{*h->intra, cfg, resolved, ctx, in, out, state, ws.get(), times, *mem};
+    run ri{*h->intra, cfg, resolved, ctx, in, out, state, ws.get(), times, *data_mem};
     configure(ri, false);
     ri.reported_rank = world.rank();
-    float* node = ws.get().node.as<float>(in.n + 1, *mem);
+    float* node = ws.get().node.as<float>(in.n + 1, *data_mem);
     if (auto st = dense_reduce_to_root(ri, in, node, alpha, 0); !st.ok()) return st;
     // 2. The leaders run the compressed allreduce (a sum) over the node sums. A leader
     // whose node failed still takes part, carrying the error word to the other leaders.
@@ -229,19 +254,31 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
     if (h->leader()) {
       r->reported_rank = world.rank();
       r->poison = ri.poison;
-      r->in = {node, in.n, dtype::f32, in.rows};
-      r->out = {node, in.n, dtype::f32, in.rows};
+      // The leaders' stage works on the node sum in its own memory (a copy when the
+      // levels' memories differ).
+      const bool moved = !same_memory(*stage_mem, *data_mem);
+      float* sum = moved ? ws.get().staged.as<float>(in.n + 1, *stage_mem) : node;
+      if (moved)
+        if (auto st = transfer(*data_mem, node, *stage_mem, sum, in.n); !st.ok()) return st;
+      // An internal check; a failure travels on like any other, so no rank waits.
+      if (in.n > 0 && !stage_mem->accessible(sum))
+        r->fail(
+            {status_code::internal_error, "allreduce: the node sum is not in the leaders' memory"});
+      r->in = {sum, in.n, dtype::f32, in.rows};
+      r->out = {sum, in.n, dtype::f32, in.rows};
       leader_status = dispatch(*r);
       if (!leader_status.ok())
         word = r->poison != 0 ? r->poison : error_word(world.rank(), leader_status.code());
+      else if (moved)
+        if (auto st = transfer(*stage_mem, sum, *data_mem, node, in.n); !st.ok()) return st;
     }
     // 3. The leader broadcasts its outcome, then the result.
     {
       timer t(times, &phase_times::comm_s);
-      std::byte* at = ws.get().words.reserve(sizeof word, *mem);
-      if (auto st = mem->upload(at, &word, sizeof word); !st.ok()) return st;
+      std::byte* at = ws.get().node_word.reserve(sizeof word, *data_mem);
+      if (auto st = data_mem->upload(at, &word, sizeof word); !st.ok()) return st;
       if (auto st = h->intra->broadcast(at, sizeof word, 0); !st.ok()) return st;
-      if (auto st = mem->download(&word, at, sizeof word); !st.ok()) return st;
+      if (auto st = data_mem->download(&word, at, sizeof word); !st.ok()) return st;
     }
     if (word != 0) {
       if (!ri.local.ok()) return ri.local;
@@ -256,7 +293,7 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
       }
       if (auto st = h->intra->broadcast(node, in.n * 4, 0); !st.ok()) return st;
     }
-    if (auto st = mem->from_f32(node, out); !st.ok()) return st;
+    if (auto st = data_mem->from_f32(node, out); !st.ok()) return st;
     result = leader_status;
   }
   if (result.ok()) ++state.steps;

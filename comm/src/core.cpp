@@ -23,7 +23,7 @@ void workspace::release() noexcept {
 std::size_t workspace::impl::bytes() const noexcept {
   std::size_t b = scratch.size() + accum.size() + prescaled.size() + node.size() + flat.size() +
                   dense_send.size() + dense_recv.size() + values.size() + words.size() +
-                  host.capacity();
+                  node_word.size() + staged.size() + host.capacity();
   for (const auto& s : slots)
     b += s.send.size() + s.recv.size() + s.server_send.size() + s.server_recv.size() +
          s.frame.size() + s.headers.size();

@@ -79,7 +79,9 @@ struct workspace::impl {
   detail::buffer flat;  // allreduce_tensors: the packed bucket
   detail::buffer dense_send, dense_recv;
   detail::buffer values;        // powersgd: P and the dense tensors
-  detail::buffer words;         // the agreement's fields, the hierarchy's outcome word
+  detail::buffer words;         // the agreement's fields (the world's memory)
+  detail::buffer node_word;     // the hierarchy's outcome word (the node's memory)
+  detail::buffer staged;        // a leader's node sum in the inter-node memory, when it differs
   std::vector<std::byte> host;  // host copies: block headers, vote frames and result
   std::vector<detail::slot> slots;
   std::vector<const_bytes> frames;        // majority vote: the received frames

@@ -62,6 +62,14 @@ gc::status corrupting_communicator::ialltoallv(const void* send,
   return inner_.ialltoallv(outgoing(send, total), send_bytes, recv, recv_bytes, req);
 }
 
+gcc::allreduce_config config(const char* spec, gcc::strategy how) {
+  gcc::allreduce_config cfg;
+  cfg.spec = gc::parse_spec(spec).value();
+  cfg.how = how;
+  cfg.where = gc::backend::reference;
+  return cfg;
+}
+
 std::vector<float> make_grad(std::uint64_t n, int rank, int step, float scale) {
   std::vector<float> g(n);
   for (std::uint64_t i = 0; i < n; ++i) {

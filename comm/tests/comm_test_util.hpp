@@ -44,6 +44,9 @@ struct rank_result {
   std::vector<std::byte> state;
 };
 
+//! A configuration of `spec` (which must parse) on the reference backend.
+gcc::allreduce_config config(const char* spec, gcc::strategy how = gcc::strategy::automatic);
+
 //! Deterministic gradient values of (rank, step): mixed magnitudes, some exact zeros.
 std::vector<float> make_grad(std::uint64_t n, int rank, int step, float scale);
 

@@ -42,9 +42,7 @@ TEST(DevicePaths, EveryScenarioMatchesTheHostPathBitForBit) {
 //! rank's gradient of n elements: in device memory, or (on_host) left in host memory.
 status one_device_step(gcc::communicator& c, const char* spec, std::uint64_t n, bool on_host) {
   device_like_communicator dev(c);
-  gcc::allreduce_config cfg;
-  cfg.spec = gc::parse_spec(spec).value();
-  cfg.where = gc::backend::reference;
+  const auto cfg = config(spec);
   gcc::allreduce_state state;
   gcc::workspace ws;
   auto g = make_grad(n, c.rank(), 0, 1.0f);
@@ -100,10 +98,7 @@ TEST(DevicePaths, CorruptBytesFromOneRankFailEveryRankWithoutHanging) {
       auto st = gcc::run_threads(3, [&](gcc::communicator& c) -> status {
         corrupting_communicator bad(c, 1, nth);
         device_like_communicator dev(bad);
-        gcc::allreduce_config cfg;
-        cfg.spec = gc::parse_spec(spec).value();
-        cfg.how = how;
-        cfg.where = gc::backend::reference;
+        auto cfg = config(spec, how);
         cfg.segment_elements = 256;
         const std::uint64_t n = 1000;
         auto g = make_grad(n, c.rank(), 0, 1.0f);
@@ -132,6 +127,62 @@ TEST(DevicePaths, CorruptBytesFromOneRankFailEveryRankWithoutHanging) {
   EXPECT_GE(exercised, 12) << "most cases make three sends from rank 1";
 }
 
+//! One step in `mem`'s memory: this rank's gradient of n elements is uploaded, reduced in
+//! place by call(view), downloaded and appended to out.
+template <class Call>
+status step_in(gcc::memory_ops& mem, int rank, int step, std::uint64_t n, std::vector<float>& out,
+               Call call) {
+  auto g = make_grad(n, rank, step, 1.0f);
+  auto b = mem.allocate(n * 4);
+  if (auto s = mem.upload(b.get(), g.data(), n * 4); !s.ok()) return s;
+  if (auto s = call(gc::tensor_view{b.get(), n, gc::dtype::f32, 0}); !s.ok()) return s;
+  if (auto s = mem.download(g.data(), b.get(), n * 4); !s.ok()) return s;
+  out.insert(out.end(), g.begin(), g.end());
+  return {};
+}
+
+//! Three steps of a hierarchical two-phase QSGD allreduce on W = 4 ranks, nodes of two,
+//! with the node level (intra), the leaders' level (inter), both or neither on simulated
+//! device memory: the outputs of every rank, concatenated.
+std::vector<float> run_hierarchy(bool intra_on_device, bool inter_on_device) {
+  std::vector<std::vector<float>> outputs(4);
+  auto st = gcc::run_threads(4, [&](gcc::communicator& c) -> status {
+    gcc::hierarchy h;
+    if (auto s = gcc::make_hierarchy(c, c.rank() / 2, h); !s.ok()) return s;
+    if (intra_on_device) h.intra = std::make_unique<device_like_communicator>(std::move(h.intra));
+    if (inter_on_device && h.inter)
+      h.inter = std::make_unique<device_like_communicator>(std::move(h.inter));
+    const auto cfg = config("qsgd:levels=3,bucket=32", gcc::strategy::two_phase);
+    gcc::allreduce_state state;
+    gcc::workspace ws;
+    auto& mem = *h.intra->memory_services();  // in and out live in the node's memory
+    auto& out = outputs[static_cast<std::size_t>(c.rank())];
+    for (int step = 0; step < 3; ++step) {
+      const gc::context ctx{5, static_cast<std::uint64_t>(step), 0};
+      if (auto s = step_in(
+              mem, c.rank(), step, 300, out,
+              [&](gc::tensor_view io) { return gcc::allreduce(h, cfg, ctx, io, io, state, ws); });
+          !s.ok())
+        return s;
+    }
+    return {};
+  });
+  for (const auto& s : st) EXPECT_TRUE(s.ok()) << s.message();
+  std::vector<float> all;
+  for (const auto& o : outputs) all.insert(all.end(), o.begin(), o.end());
+  return all;
+}
+
+TEST(DevicePaths, AHierarchyMayMixDeviceAndHostLevels) {
+  // NCCL inside each node with MPI between the leaders (or the reverse) gives the bits of
+  // an all-host hierarchy: the node sum crosses to the leaders' memory and back.
+  const auto host = run_hierarchy(false, false);
+  ASSERT_EQ(host.size(), 4u * 3u * 300u);
+  EXPECT_EQ(run_hierarchy(true, false), host) << "device node, host leaders";
+  EXPECT_EQ(run_hierarchy(false, true), host) << "host node, device leaders";
+  EXPECT_EQ(run_hierarchy(true, true), host) << "all device";
+}
+
 //! Runs `steps` steps of a two-phase QSGD allreduce (both residuals in the state) on two
 //! ranks, switching to host or device memory at step `switch_at`, and returns each rank's
 //! output bytes of every step.
@@ -139,27 +190,20 @@ std::vector<std::vector<float>> run_switching(int steps, int switch_at, bool sta
   std::vector<std::vector<float>> outputs(2);
   auto st = gcc::run_threads(2, [&](gcc::communicator& c) -> status {
     device_like_communicator dev(c);
-    gcc::allreduce_config cfg;
-    cfg.spec = gc::parse_spec("qsgd:levels=3,bucket=32").value();
-    cfg.how = gcc::strategy::two_phase;
-    cfg.where = gc::backend::reference;
+    const auto cfg = config("qsgd:levels=3,bucket=32", gcc::strategy::two_phase);
     gcc::allreduce_state state;
     gcc::workspace ws;
     auto& out = outputs[static_cast<std::size_t>(c.rank())];
     for (int step = 0; step < steps; ++step) {
       const bool on_device = (step < switch_at) == start_on_device;
       gcc::communicator& comm = on_device ? static_cast<gcc::communicator&>(dev) : c;
-      auto& mem = *comm.memory_services();
-      auto g = make_grad(257, c.rank(), step, 1.0f);
-      auto b = mem.allocate(g.size() * 4);
-      if (auto s = mem.upload(b.get(), g.data(), g.size() * 4); !s.ok()) return s;
-      const gc::tensor_view io{b.get(), g.size(), gc::dtype::f32, 0};
-      if (auto s = gcc::allreduce(comm, cfg, {9, static_cast<std::uint64_t>(step), 0}, io, io,
-                                  state, ws);
+      const gc::context ctx{9, static_cast<std::uint64_t>(step), 0};
+      if (auto s = step_in(*comm.memory_services(), c.rank(), step, 257, out,
+                           [&](gc::tensor_view io) {
+                             return gcc::allreduce(comm, cfg, ctx, io, io, state, ws);
+                           });
           !s.ok())
         return s;
-      if (auto s = mem.download(g.data(), b.get(), g.size() * 4); !s.ok()) return s;
-      out.insert(out.end(), g.begin(), g.end());
       if (on_device != (state.device != nullptr))
         return {status_code::internal_error, "the state is not where the last call ran"};
     }

@@ -21,14 +21,6 @@ using namespace comm_test;
 using gc::status;
 using gc::status_code;
 
-gcc::allreduce_config config(const char* spec, gcc::strategy how = gcc::strategy::automatic) {
-  gcc::allreduce_config cfg;
-  cfg.spec = gc::parse_spec(spec).value();
-  cfg.how = how;
-  cfg.where = gc::backend::reference;
-  return cfg;
-}
-
 bool all_ok(const std::vector<status>& v) {
   return std::all_of(v.begin(), v.end(), [](const status& s) { return s.ok(); });
 }
