@@ -9,6 +9,7 @@
 
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include <nanobind/stl/tuple.h>
@@ -25,6 +26,34 @@ codec_spec powersgd_spec(nb::handle spec) {
   if (s.id != codec_id::powersgd)
     raise_error(status_code::invalid_argument, "powersgd: the spec is not a powersgd spec");
   return s;
+}
+
+//! q = M^T p: powersgd_compute_q for a writable p (orthonormalised in place first),
+//! powersgd_project_q for a read-only one (already orthonormal).
+template <class PArray>
+void q_product(nb::handle spec, const PArray& p, const in_array& residual, std::uint64_t rows,
+               std::uint64_t cols, const out_array& q) {
+  constexpr bool orthogonalize = std::is_same_v<PArray, out_array>;
+  const codec_spec s = powersgd_spec(spec);
+  exec_options opt;
+  call_device dev;
+  const auto ps = [&] {
+    if constexpr (orthogonalize)
+      return f32_out(p, "p", dev, opt);
+    else
+      return f32_in(p, "p", dev, opt);
+  }();
+  const auto res = f32_in(residual, "residual", dev, opt);
+  const auto qs = f32_out(q, "q", dev, opt);
+  const device_scope scope(dev, opt);
+  auto run = [&]() -> status {
+    nb::gil_scoped_release nogil;
+    if constexpr (orthogonalize)
+      return powersgd_compute_q(s, ps, res, rows, cols, qs, opt);
+    else
+      return powersgd_project_q(s, ps, res, rows, cols, qs, opt);
+  };
+  check(run());
 }
 
 nb::dict info_dict(const powersgd_state_info& info) {
@@ -95,20 +124,7 @@ void register_powersgd(nb::module_& m) {
   m.def(
       "powersgd_compute_q",
       [](nb::handle spec, const out_array& p, const in_array& residual, std::uint64_t rows,
-         std::uint64_t cols, const out_array& q) {
-        const codec_spec s = powersgd_spec(spec);
-        exec_options opt;
-        call_device dev;
-        const auto ps = f32_out(p, "p", dev, opt);
-        const auto res = f32_in(residual, "residual", dev, opt);
-        const auto qs = f32_out(q, "q", dev, opt);
-        const device_scope scope(dev, opt);
-        auto run = [&]() -> status {
-          nb::gil_scoped_release nogil;
-          return powersgd_compute_q(s, ps, res, rows, cols, qs, opt);
-        };
-        check(run());
-      },
+         std::uint64_t cols, const out_array& q) { q_product(spec, p, residual, rows, cols, q); },
       nb::arg("spec"), nb::arg("p"), nb::arg("residual"), nb::arg("rows"), nb::arg("cols"),
       nb::arg("q"),
       "Phase 2: orthonormalises the summed p in place, then q = M^T p. Allreduce-sum q next.");
@@ -151,28 +167,15 @@ void register_powersgd(nb::module_& m) {
   m.def(
       "powersgd_project_q",
       [](nb::handle spec, const in_array& p, const in_array& residual, std::uint64_t rows,
-         std::uint64_t cols, const out_array& q) {
-        const codec_spec s = powersgd_spec(spec);
-        exec_options opt;
-        call_device dev;
-        const auto ps = f32_in(p, "p", dev, opt);
-        const auto res = f32_in(residual, "residual", dev, opt);
-        const auto qs = f32_out(q, "q", dev, opt);
-        const device_scope scope(dev, opt);
-        auto run = [&]() -> status {
-          nb::gil_scoped_release nogil;
-          return powersgd_project_q(s, ps, res, rows, cols, qs, opt);
-        };
-        check(run());
-      },
+         std::uint64_t cols, const out_array& q) { q_product(spec, p, residual, rows, cols, q); },
       nb::arg("spec"), nb::arg("p"), nb::arg("residual"), nb::arg("rows"), nb::arg("cols"),
       nb::arg("q"),
       "q = M^T p for an already orthonormal p (powersgd_compute_q is\n"
       "powersgd_orthogonalize, then this).");
   m.def(
       "powersgd_orthogonalize_batch",
-      [](const out_array& a, const std::vector<std::tuple<std::uint64_t, std::uint64_t,
-                                                          std::uint32_t>>& matrices,
+      [](const out_array& a,
+         const std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint32_t>>& matrices,
          float eps) {
         exec_options opt;
         call_device dev;
