@@ -155,8 +155,9 @@ agreement fields_of(const allreduce_config& cfg, strategy how, const context& ct
   return a;
 }
 
+//! Same memory and the same stream: buffers pass between the two without a copy or a wait.
 bool same_memory(const memory_ops& a, const memory_ops& b) {
-  return a.space() == b.space() && a.device() == b.device();
+  return a.space() == b.space() && a.device() == b.device() && a.stream() == b.stream();
 }
 
 //! Copies n floats from one memory to another, one of them host memory.
@@ -217,6 +218,7 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
   if (!failure && stage != nullptr) {
     r.emplace(run{*stage, cfg, resolved, ctx, in, out, state, ws.get(), times, *stage_mem});
     configure(*r, h == nullptr && cfg.average);
+    if (h != nullptr) r->reported_rank = world.rank();  // error words name world ranks
     if (state.initialized() && !state_matches(*r, role, fp))
       failure = std::pair{local_reason::state_mismatch,
                           status{status_code::shape_mismatch,
@@ -242,35 +244,36 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
   } else {
     // 1. Sum the node's gradients (weighted 1/W_world for the mean) into the leader's buffer.
     const float alpha = cfg.average ? 1.0f / static_cast<float>(world.size()) : 1.0f;
-    run ri{*h->intra, cfg, resolved, ctx, in, out, state, ws.get(), times, *data_mem};
+    // When the levels' memories differ, the node level keeps buffers of its own: sharing
+    // them would reallocate (cudaMalloc, cudaFree) on every call.
+    const bool moved = !same_memory(*stage_mem, *data_mem);
+    workspace::impl& node_ws = moved ? ws.get().node_level() : ws.get();
+    run ri{*h->intra, cfg, resolved, ctx, in, out, state, node_ws, times, *data_mem};
     configure(ri, false);
     ri.reported_rank = world.rank();
-    float* node = ws.get().node.as<float>(in.n + 1, *data_mem);
+    float* node = node_ws.node.as<float>(in.n + 1, *data_mem);
     if (auto st = dense_reduce_to_root(ri, in, node, alpha, 0); !st.ok()) return st;
     // 2. The leaders run the compressed allreduce (a sum) over the node sums. A leader
     // whose node failed still takes part, carrying the error word to the other leaders.
     std::uint64_t word = 0;
     status leader_status;
     if (h->leader()) {
-      r->reported_rank = world.rank();
-      r->poison = ri.poison;
+      r->note(ri.poison);  // keeps a failure place_state recorded
       // The leaders' stage works on the node sum in its own memory (a copy when the
-      // levels' memories differ).
-      const bool moved = !same_memory(*stage_mem, *data_mem);
+      // levels' memories differ). Failures from here on travel on, so no rank waits.
       float* sum = moved ? ws.get().staged.as<float>(in.n + 1, *stage_mem) : node;
-      if (moved)
-        if (auto st = transfer(*data_mem, node, *stage_mem, sum, in.n); !st.ok()) return st;
-      // An internal check; a failure travels on like any other, so no rank waits.
+      if (moved && !r->failed())
+        if (auto st = transfer(*data_mem, node, *stage_mem, sum, in.n); !st.ok()) r->fail(st);
       if (in.n > 0 && !stage_mem->accessible(sum))
         r->fail(
             {status_code::internal_error, "allreduce: the node sum is not in the leaders' memory"});
       r->in = {sum, in.n, dtype::f32, in.rows};
       r->out = {sum, in.n, dtype::f32, in.rows};
       leader_status = dispatch(*r);
+      if (leader_status.ok() && moved)
+        leader_status = transfer(*stage_mem, sum, *data_mem, node, in.n);
       if (!leader_status.ok())
         word = r->poison != 0 ? r->poison : error_word(world.rank(), leader_status.code());
-      else if (moved)
-        if (auto st = transfer(*stage_mem, sum, *data_mem, node, in.n); !st.ok()) return st;
     }
     // 3. The leader broadcasts its outcome, then the result.
     {

@@ -27,6 +27,7 @@ std::size_t workspace::impl::bytes() const noexcept {
   for (const auto& s : slots)
     b += s.send.size() + s.recv.size() + s.server_send.size() + s.server_recv.size() +
          s.frame.size() + s.headers.size();
+  if (node_side) b += node_side->bytes();
   return b;
 }
 

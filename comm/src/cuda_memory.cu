@@ -102,7 +102,9 @@ status detached_copy(void* dst, const void* src, std::size_t bytes) {
 }  // namespace
 
 cuda_memory::~cuda_memory() {
-  if (pinned_ != nullptr) (void)cudaFreeHost(pinned_);
+  // A copy queued before a failed drain may still use the staging bytes (and cudaFreeHost
+  // would wait behind a broken communicator's kernels): those are left behind.
+  if (pinned_ != nullptr && !pinned_busy_) (void)cudaFreeHost(pinned_);
 }
 
 bool cuda_memory::accessible(const void* p) const noexcept {

@@ -90,6 +90,13 @@ struct workspace::impl {
   std::vector<tensor_slot> bucket_slots;  // allreduce_tensors
   std::vector<std::uint64_t> sizes_a, sizes_b, lengths;
 
+  //! The buffers of a hierarchy's node level when its memory differs from the leaders'.
+  std::unique_ptr<impl> node_side;
+  impl& node_level() {
+    if (!node_side) node_side = std::make_unique<impl>();
+    return *node_side;
+  }
+
   [[nodiscard]] std::size_t bytes() const noexcept;
 };
 

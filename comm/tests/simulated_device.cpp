@@ -58,6 +58,10 @@ std::uint64_t simulated_device_memory::violations() noexcept { return refused.lo
 bool simulated_device_memory::accessible(const void* p) const noexcept { return inside(p, 1); }
 
 gcc::memory_ops::block simulated_device_memory::allocate(std::size_t bytes) noexcept {
+  if (failing_ > 0) {
+    --failing_;
+    return block(nullptr, {release_block});
+  }
   const std::size_t n = bytes == 0 ? 1 : bytes;
   void* p = ::operator new (n, std::align_val_t{64}, std::nothrow);
   if (p == nullptr) return block(nullptr, {release_block});

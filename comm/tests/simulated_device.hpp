@@ -40,10 +40,16 @@ class simulated_device_memory final : public gcc::memory_ops {
   gc::status synchronize() override { return {}; }
   [[nodiscard]] host_copy_fn detached_download() const noexcept override;
 
+  //! The next n allocations of this memory fail (an empty block), as a full GPU's would.
+  void fail_next_allocations(int n) noexcept { failing_ = n; }
+
   //! Whether [p, p + bytes) lies inside one registered block (always for 0 bytes).
   static bool inside(const void* p, std::size_t bytes) noexcept;
   //! Operations and collectives refused so far for pointers outside the blocks.
   static std::uint64_t violations() noexcept;
+
+ private:
+  int failing_ = 0;
 };
 
 //! Forwards to `inner` (host memory), presenting itself as a device communicator whose

@@ -183,6 +183,33 @@ TEST(DevicePaths, AHierarchyMayMixDeviceAndHostLevels) {
   EXPECT_EQ(run_hierarchy(true, true), host) << "all device";
 }
 
+TEST(DevicePaths, ALeaderWithoutDeviceMemoryForItsStateFailsEveryRankByItsWorldRank) {
+  // Host nodes, device leaders; world rank 2 (the second node's leader) cannot place its
+  // state on its device: every rank fails, naming world rank 2, and none hangs.
+  auto st = gcc::run_threads(4, [](gcc::communicator& c) -> status {
+    gcc::hierarchy h;
+    if (auto s = gcc::make_hierarchy(c, c.rank() / 2, h); !s.ok()) return s;
+    if (h.inter) {
+      auto dev = std::make_unique<device_like_communicator>(std::move(h.inter));
+      if (c.rank() == 2)
+        static_cast<simulated_device_memory*>(dev->memory_services())->fail_next_allocations(1);
+      h.inter = std::move(dev);
+    }
+    const auto cfg = config("qsgd:levels=3,bucket=32", gcc::strategy::two_phase);
+    gcc::allreduce_state state;
+    gcc::workspace ws;
+    auto g = make_grad(300, c.rank(), 0, 1.0f);
+    return gcc::allreduce(h, cfg, {5, 0, 0}, gc::view(std::as_const(g)), gc::view(g), state, ws);
+  });
+  EXPECT_EQ(st[2].code(), status_code::device_error) << st[2].message();
+  for (int r : {0, 1, 3}) {
+    const status& s = st[static_cast<std::size_t>(r)];
+    EXPECT_EQ(s.code(), status_code::comm_error) << "rank " << r << ": " << s.message();
+    EXPECT_NE(std::string(s.message()).find("rank 2 failed"), std::string::npos)
+        << "rank " << r << ": " << s.message();
+  }
+}
+
 //! Runs `steps` steps of a two-phase QSGD allreduce (both residuals in the state) on two
 //! ranks, switching to host or device memory at step `switch_at`, and returns each rank's
 //! output bytes of every step.
