@@ -58,12 +58,16 @@ struct values_in {
 
 //! Where decoded values go: out[i] = v, or acc[i] = fma(alpha, v, acc[i]), NaN canonical;
 //! or, for error feedback, residual[i] = p[i] - v (the generic composition's residual).
+//! A decode_expected call gates every write on its verdict: a kernel returns at once
+//! when `gate` (the verdict's code, set by the kernels before it) is not ok.
 struct decode_target {
   void* data;
   dtype type;
   float alpha;
   bool accumulate;
   const float* minuend;  //!< p when this is a residual update, else null
+  const std::uint32_t* gate = nullptr;
+  __device__ __forceinline__ bool closed() const { return gate != nullptr && *gate != 0; }
   __device__ __forceinline__ void emit(std::uint64_t i, float v) const {
     v = blocks::canonicalize_nan(v);
     if (minuend != nullptr) {
@@ -76,7 +80,8 @@ struct decode_target {
 };
 
 inline decode_target target_of(const detail::decode_call& c) {
-  return {c.out.data, c.out.type, c.alpha, c.accumulate, nullptr};
+  return {c.out.data,   c.out.type, c.alpha,
+          c.accumulate, nullptr,    c.verdict != nullptr ? &c.verdict->code : nullptr};
 }
 inline decode_target residual_target(tensor_view residual, const float* p) {
   return {residual.data, residual.type, 1.0f, false, p};
@@ -114,6 +119,10 @@ status check_frame_alignment(const std::byte* payload);
 //! p[i] = g[i] + e[i] (f32, NaN as on the host: blocks::fadd_nan_first), the first step of
 //! the generic error-feedback composition.
 status feedback_sum(const_tensor_view g, const_tensor_view e, float* p, void* stream);
+//! Launches the header check of decode_expected (blocks::check_expected_header) into
+//! *verdict: one thread, stream-ordered.
+status check_header(const frame_header& expected, const std::byte* frame, std::uint64_t frame_bytes,
+                    frame_verdict* verdict, void* stream);
 //! Zeroes payload bytes [from, to) (padding): stream-ordered.
 status zero_bytes(std::byte* payload, std::uint64_t from, std::uint64_t to, void* stream);
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common.cuh"
+#include "gradcodec/blocks/expected_header.hpp"
 
 namespace gradcodec::cuda {
 
@@ -17,6 +18,11 @@ namespace {
 __global__ void finish_header_kernel(frame_header h, const status_words* st, std::uint8_t* dst) {
   if (st->nonfinite != 0) h.flags = static_cast<std::uint8_t>(h.flags | flag_nonfinite);
   blocks::serialize_header(h, dst);
+}
+
+__global__ void check_header_kernel(frame_header expected, const std::uint8_t* frame,
+                                    std::uint64_t frame_bytes, frame_verdict* verdict) {
+  *verdict = blocks::check_expected_header(expected, frame, frame_bytes);
 }
 
 __global__ void feedback_sum_kernel(const void* g, dtype gt, const void* e, dtype et,
@@ -45,6 +51,14 @@ status finish_frame(const frame_header& h, std::byte* payload, mutable_bytes ws,
   finish_header_kernel<<<1, 1, 0, stream_of(stream)>>>(
       h, status_of(ws), reinterpret_cast<std::uint8_t*>(payload - header_bytes));
   GRADCODEC_CUDA_LAUNCHED("finish_header_kernel");
+  return {};
+}
+
+status check_header(const frame_header& expected, const std::byte* frame, std::uint64_t frame_bytes,
+                    frame_verdict* verdict, void* stream) {
+  check_header_kernel<<<1, 1, 0, stream_of(stream)>>>(
+      expected, reinterpret_cast<const std::uint8_t*>(frame), frame_bytes, verdict);
+  GRADCODEC_CUDA_LAUNCHED("check_header_kernel");
   return {};
 }
 

@@ -105,6 +105,7 @@ __global__ void canonical_kernel(float* a, std::uint64_t n) {
 
 __global__ void decode_kernel(const float* p, const float* q, std::uint64_t rows,
                               std::uint64_t cols, std::uint32_t r, decode_target out) {
+  if (out.closed()) return;
   const std::uint64_t n = rows * cols;
   for (std::uint64_t k = thread_index(); k < n; k += thread_stride())
     out.emit(k, r == 0 ? p[k] : blocks::powersgd_out_entry(p, q, k / cols, k % cols, r));

@@ -2,6 +2,8 @@
 //! @file
 //! The sparse selection kernels (select.cuh): radix histograms, the descent, the tiled
 //! compaction, candidate counts, the sparse residual and the sparse decode.
+#include <algorithm>
+
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -185,19 +187,55 @@ __global__ void residual_sent_kernel(const float* p, sparse_in s, std::uint64_t 
   }
 }
 
-__global__ void check_indices_kernel(sparse_in s, std::uint64_t n, std::uint64_t k,
-                                     status_words* st) {
+//! The k values and indices of a sparse payload: k known on the host (`k`), or, under
+//! decode_expected, read from the verdict once its header check passed.
+struct sparse_frame {
+  const std::uint8_t* payload;
+  dtype type;
+  bool index64;
+  std::uint64_t k;
+  const frame_verdict* verdict;
+
+  //! False when the verdict forbids reading (a header or index check failed). The code is
+  //! read with a relaxed atomic load: check_indices_kernel's threads set it while others
+  //! of the same launch read it.
+  __device__ __forceinline__ bool open(std::uint64_t& count, sparse_in& s) const {
+    count = k;
+    if (verdict != nullptr) {
+      unsigned code = 0;
+      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(code) : "l"(&verdict->code));
+      if (code != 0) return false;
+      count = verdict->count;
+    }
+    const blocks::sparse_layout l =
+        blocks::sparse_layout_of(count, type == dtype::f32 ? 4 : 2, index64);
+    s = {payload + l.values_offset, payload + l.index_offset, type, index64};
+    return true;
+  }
+};
+
+//! Sets *bad (to the bad_indices verdict code) when an index is out of range or not
+//! above the one before it.
+__global__ void check_indices_kernel(sparse_frame f, std::uint64_t n, unsigned* bad) {
+  std::uint64_t k = 0;
+  sparse_in s{};
+  if (!f.open(k, s)) return;
   for (std::uint64_t j = thread_index(); j < k; j += thread_stride()) {
     const std::uint64_t i = s.index_at(j);
-    if (i >= n || (j > 0 && i <= s.index_at(j - 1))) atomicOr(&st->bad_index, 1u);
+    if (i >= n || (j > 0 && i <= s.index_at(j - 1)))
+      atomicOr(bad, static_cast<unsigned>(verdict_code::bad_indices));
   }
 }
 
 __global__ void zeros_kernel(std::uint64_t n, decode_target out) {
+  if (out.closed()) return;
   for (std::uint64_t i = thread_index(); i < n; i += thread_stride()) out.emit(i, 0.0f);
 }
 
-__global__ void scatter_kernel(sparse_in s, std::uint64_t k, decode_target out) {
+__global__ void scatter_kernel(sparse_frame f, decode_target out) {
+  std::uint64_t k = 0;
+  sparse_in s{};
+  if (!f.open(k, s)) return;
   for (std::uint64_t j = thread_index(); j < k; j += thread_stride())
     out.emit(s.index_at(j), s.value_at(j));
 }
@@ -343,31 +381,46 @@ std::size_t sparse_workspace(std::uint64_t n, operation op, std::uint64_t extra_
 
 status sparse_decode(const detail::decode_call& c) {
   if (auto st = check_frame_alignment(c.payload); !st.ok()) return st;
-  const std::uint64_t n = c.hdr.n, k = c.hdr.count;
-  if (n > 0 && k == 0 && c.hdr.codec != codec_id::threshold)
-    return {status_code::corrupt_frame, "sparse frame with no elements"};
+  const std::uint64_t n = c.hdr.n;
   const bool index64 = (c.hdr.flags & flag_index64) != 0;
-  const blocks::sparse_layout l = blocks::sparse_layout_of(k, dtype_size(c.hdr.type), index64);
-  const sparse_in in = sparse_in_of(c.payload, l, c.hdr.type, index64);
+  const auto* payload = reinterpret_cast<const std::uint8_t*>(c.payload);
   const cudaStream_t s = stream_of(c.stream);
-  if (k > 0) {
-    GRADCODEC_CUDA_TRY(cudaMemsetAsync(c.workspace.data(), 0, sizeof(status_words), s));
-    check_indices_kernel<<<grid_for(k, threads), threads, 0, s>>>(in, n, k, status_of(c.workspace));
-    GRADCODEC_CUDA_LAUNCHED("check_indices_kernel");
-    status_words verdict{};
-    GRADCODEC_CUDA_TRY(
-        cudaMemcpyAsync(&verdict, c.workspace.data(), sizeof verdict, cudaMemcpyDeviceToHost, s));
-    GRADCODEC_CUDA_TRY(cudaStreamSynchronize(s));
-    if (verdict.bad_index != 0)
-      return {status_code::corrupt_frame, "sparse indices out of range or not strictly ascending"};
-  }
   const decode_target out = target_of(c);
+  // Host header: k is known, and the index verdict is awaited here. Under decode_expected
+  // k comes from the verdict, the grids are sized for the most elements the frame's length
+  // allows, and the verdict gates the writes.
+  sparse_frame f{payload, c.hdr.type, index64, c.hdr.count, c.verdict};
+  std::uint64_t k_bound = f.k;
+  if (c.verdict != nullptr) {
+    const std::uint64_t payload_bytes =
+        c.frame_bytes > header_bytes ? c.frame_bytes - header_bytes : 0;
+    k_bound =
+        std::min<std::uint64_t>(n, payload_bytes / (dtype_size(c.hdr.type) + (index64 ? 8u : 4u)));
+  } else if (n > 0 && f.k == 0 && c.hdr.codec != codec_id::threshold) {
+    return {status_code::corrupt_frame, "sparse frame with no elements"};
+  }
+  if (k_bound > 0) {
+    unsigned* bad = c.verdict != nullptr ? &c.verdict->code : &status_of(c.workspace)->bad_index;
+    if (c.verdict == nullptr)
+      GRADCODEC_CUDA_TRY(cudaMemsetAsync(c.workspace.data(), 0, sizeof(status_words), s));
+    check_indices_kernel<<<grid_for(k_bound, threads), threads, 0, s>>>(f, n, bad);
+    GRADCODEC_CUDA_LAUNCHED("check_indices_kernel");
+    if (c.verdict == nullptr) {
+      status_words verdict{};
+      GRADCODEC_CUDA_TRY(
+          cudaMemcpyAsync(&verdict, c.workspace.data(), sizeof verdict, cudaMemcpyDeviceToHost, s));
+      GRADCODEC_CUDA_TRY(cudaStreamSynchronize(s));
+      if (verdict.bad_index != 0)
+        return {status_code::corrupt_frame,
+                "sparse indices out of range or not strictly ascending"};
+    }
+  }
   if (!c.accumulate && n > 0) {
     zeros_kernel<<<grid_for(n, threads), threads, 0, s>>>(n, out);
     GRADCODEC_CUDA_LAUNCHED("zeros_kernel");
   }
-  if (k > 0) {
-    scatter_kernel<<<grid_for(k, threads), threads, 0, s>>>(in, k, out);
+  if (k_bound > 0) {
+    scatter_kernel<<<grid_for(k_bound, threads), threads, 0, s>>>(f, out);
     GRADCODEC_CUDA_LAUNCHED("scatter_kernel");
   }
   return {};

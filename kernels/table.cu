@@ -46,7 +46,12 @@ result<frame_header> read_header(const_bytes frame, void* stream) noexcept {
   return peek({host, len});
 }
 
-const device_access access{owns, device_only, read_header};
+status check_header(const frame_header& expected, const_bytes frame, frame_verdict* verdict,
+                    void* stream) noexcept {
+  return cuda::check_header(expected, frame.data(), frame.size(), verdict, stream);
+}
+
+const device_access access{owns, device_only, read_header, check_header};
 
 constexpr codec_ops bucketed{cuda::bucketed_workspace, cuda::bucketed_encode, cuda::bucketed_decode,
                              cuda::bucketed_encode_feedback};

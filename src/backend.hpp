@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "gradcodec/codec.hpp"
+#include "gradcodec/expected_decode.hpp"
 #include "gradcodec/frame.hpp"
 #include "gradcodec/powersgd.hpp"
 
@@ -36,6 +37,12 @@ struct encode_call {
 
 //! One decode of a frame whose header already passed peek() and whose payload size
 //! matched. `out` has hdr.n elements. accumulate: out = fma(alpha, v, out) per element.
+//!
+//! Device backends only, from decode_expected: a non-null `verdict` means the header was
+//! not read on the host. `hdr` is then the expected header (its count and payload size are
+//! not the frame's for threshold and dgc: a kernel reads verdict->count), the backend's
+//! header check has been launched before, and the decode kernels write nothing unless
+//! verdict->code is ok; `frame_bytes` is the frame's length.
 struct decode_call {
   const frame_header& hdr;
   const std::byte* payload;
@@ -45,6 +52,8 @@ struct decode_call {
   mutable_bytes workspace;
   int threads;
   void* stream;
+  frame_verdict* verdict = nullptr;
+  std::uint64_t frame_bytes = 0;
 };
 
 //! A fused error-feedback encode: in = grad, residual updated in place; same contract as
@@ -74,6 +83,10 @@ struct device_access {
   bool (*device_only)(const void* p) noexcept;
   //! Reads and checks a frame's header (gradcodec::peek on a copy of its first bytes).
   result<frame_header> (*read_header)(const_bytes frame, void* stream) noexcept;
+  //! Launches blocks::check_expected_header on the frame, writing *verdict (device memory),
+  //! stream-ordered, without waiting.
+  status (*check_header)(const frame_header& expected, const_bytes frame, frame_verdict* verdict,
+                         void* stream) noexcept;
 };
 
 //! The PowerSGD phase API (include/gradcodec/powersgd.hpp) on a device backend, stream-

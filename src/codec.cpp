@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "backend.hpp"
+#include "gradcodec/blocks/expected_header.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/powersgd.hpp"
@@ -383,17 +384,81 @@ result<std::size_t> encode(const codec_spec& spec, const context& ctx, const_ten
 
 namespace {
 
+//! What a decode of a frame with header `h` into `out` will run, after every check of the
+//! arguments that needs no frame byte: the output, overlaps, the backend and its memory,
+//! the workspace. Nothing has been launched or written yet.
+struct decode_plan {
+  const codec_ops* ops;
+  operation op;
+};
+
+result<decode_plan> plan_decode(const frame_header& h, const_bytes frame, tensor_view out,
+                                bool accumulate, const exec_options& opt) {
+  if (auto st = check_view(out, "output"); !st.ok()) return st;
+  if (auto st =
+          check_disjoint(out.data, byte_size(out), "output", frame.data(), frame.size(), "frame");
+      !st.ok())
+    return st;
+  if (out.n != h.n)
+    return status{status_code::shape_mismatch, std::string("output has ")
+                                                   .append(std::to_string(out.n))
+                                                   .append(" elements, frame has ")
+                                                   .append(std::to_string(h.n))};
+  auto picked = pick(opt.where, h.codec, frame.data());
+  if (!picked) return picked.error();
+  const codec_ops& ops = *picked.value().ops;
+  if (auto st = check_device_buffers(picked.value(),
+                                     {{out.data, "output"}, {opt.workspace.data(), "workspace"}});
+      !st.ok())
+    return st;
+  const operation op = accumulate ? operation::decode_accumulate : operation::decode;
+  if (auto st = check_workspace(need_workspace(ops, spec_of(h), out, op), opt); !st.ok()) return st;
+  return decode_plan{&ops, op};
+}
+
+status run_decode(const decode_plan& plan, const frame_header& h, const_bytes frame,
+                  tensor_view out, float alpha, bool accumulate, const exec_options& opt,
+                  frame_verdict* device_verdict) {
+  carver ws(opt.workspace);
+  // A frame too short for a header reaches here only under a device verdict (which stops
+  // every kernel): point the payload at the frame rather than past it.
+  const std::byte* payload =
+      frame.size() >= header_bytes ? frame.data() + header_bytes : frame.data();
+  const detail::decode_call call{h,         payload,     out,        alpha,          accumulate,
+                                 ws.rest(), opt.threads, opt.stream, device_verdict, frame.size()};
+  return plan.ops->decode(call);
+}
+
+//! Which backend table serves a decode of `frame` (null: a host backend), after checking
+//! that the frame (and `also`, when given) live in that backend's memory.
+result<const backend_table*> decode_memory(const_bytes frame, const exec_options& opt,
+                                           const void* also, const char* also_name) {
+  const backend_table* dev = device_table(opt.where, frame.data());
+  if (opt.where == backend::cuda && dev == nullptr)
+    return status{status_code::backend_unavailable, "backend 'cuda' is not available"};
+  if (frame.size() > 0 && frame.data() == nullptr) return invalid("frame: null data");
+  if (dev != nullptr) {
+    for (auto [p, name] :
+         {std::pair{static_cast<const void*>(frame.data()), "frame"}, std::pair{also, also_name}})
+      if (p != nullptr && !dev->device->owns(p))
+        return invalid(std::string("backend cuda: the ")
+                           .append(name)
+                           .append(" is not device memory (cudaMalloc or managed)"));
+    return dev;
+  }
+  if (auto st =
+          detail::check_buffer_memory(false, {{frame.data(), "frame"}, {also, also_name}}, "codec");
+      !st.ok())
+    return st;
+  return dev;
+}
+
 status decode_common(const_bytes frame, tensor_view out, float alpha, bool accumulate,
                      const exec_options& opt) noexcept {
   // A frame in device memory: its header is copied to the host and checked there.
-  const backend_table* dev = device_table(opt.where, frame.data());
-  if (opt.where == backend::cuda && dev == nullptr)
-    return {status_code::backend_unavailable, "backend 'cuda' is not available"};
-  if (dev != nullptr && frame.data() != nullptr && !dev->device->owns(frame.data()))
-    return invalid("backend cuda: the frame is not device memory (cudaMalloc or managed)");
-  if (dev == nullptr)  // the header is read on the host next
-    if (auto st = detail::check_buffer_memory(false, {{frame.data(), "frame"}}, "codec"); !st.ok())
-      return st;
+  auto mem = decode_memory(frame, opt, nullptr, "");
+  if (!mem) return mem.error();
+  const backend_table* dev = mem.value();
   auto hdr = dev != nullptr && frame.size() > 0 ? dev->device->read_header(frame, opt.stream)
                                                 : peek(frame);
   if (!hdr) return hdr.error();
@@ -403,30 +468,68 @@ status decode_common(const_bytes frame, tensor_view out, float alpha, bool accum
                                             .append(std::to_string(frame.size()))
                                             .append(" bytes, header says ")
                                             .append(std::to_string(h.frame_bytes()))};
-  if (auto st = check_view(out, "output"); !st.ok()) return st;
+  auto plan = plan_decode(h, frame, out, accumulate, opt);
+  if (!plan) return plan.error();
+  return run_decode(plan.value(), h, frame, out, alpha, accumulate, opt, nullptr);
+}
+
+//! An expected header must be one peek() accepts (so that a frame equal to it is one), and
+//! its fixed-count codecs must carry elements.
+status check_expected(const frame_header& e) {
+  std::byte bytes[header_bytes];
+  write_header(e, bytes);
+  auto back = peek({bytes, header_bytes});
+  if (!back) return invalid(std::string("expected header: ").append(back.error().message()));
+  const bool counted = e.codec == codec_id::topk || e.codec == codec_id::randomk;
+  if (counted && e.n > 0 && e.count == 0)
+    return invalid("expected header: a topk or randomk frame of n > 0 elements carries some");
+  return {};
+}
+
+status decode_expected_common(const frame_header& expected, const_bytes frame, tensor_view out,
+                              float alpha, bool accumulate, frame_verdict* verdict,
+                              const exec_options& opt) noexcept {
+  if (auto st = check_expected(expected); !st.ok()) return st;
+  if (verdict == nullptr) return invalid("decode_expected: the verdict is null");
+  if (reinterpret_cast<std::uintptr_t>(verdict) % alignof(frame_verdict) != 0)
+    return invalid("decode_expected: the verdict is not 8-byte aligned");
+  auto mem = decode_memory(frame, opt, verdict, "verdict");
+  if (!mem) return mem.error();
+  const backend_table* dev = mem.value();
   if (auto st =
-          check_disjoint(out.data, byte_size(out), "output", frame.data(), frame.size(), "frame");
+          check_disjoint(verdict, sizeof *verdict, "verdict", frame.data(), frame.size(), "frame");
       !st.ok())
     return st;
-  if (out.n != h.n)
-    return {status_code::shape_mismatch, std::string("output has ")
-                                             .append(std::to_string(out.n))
-                                             .append(" elements, frame has ")
-                                             .append(std::to_string(h.n))};
-  auto picked = pick(opt.where, h.codec, frame.data());
-  if (!picked) return picked.error();
-  const codec_ops& ops = *picked.value().ops;
-  if (auto st = check_device_buffers(picked.value(),
-                                     {{out.data, "output"}, {opt.workspace.data(), "workspace"}});
+  if (auto st =
+          check_disjoint(verdict, sizeof *verdict, "verdict", out.data, byte_size(out), "output");
       !st.ok())
     return st;
-  const codec_spec spec = spec_of(h);
-  const operation op = accumulate ? operation::decode_accumulate : operation::decode;
-  if (auto st = check_workspace(need_workspace(ops, spec, out, op), opt); !st.ok()) return st;
-  carver ws(opt.workspace);
-  detail::decode_call call{
-      h, frame.data() + header_bytes, out, alpha, accumulate, ws.rest(), opt.threads, opt.stream};
-  return ops.decode(call);
+  if (auto st = check_disjoint(verdict, sizeof *verdict, "verdict", opt.workspace.data(),
+                               opt.workspace.size(), "workspace");
+      !st.ok())
+    return st;
+  auto plan = plan_decode(expected, frame, out, accumulate, opt);
+  if (!plan) return plan.error();
+
+  if (dev != nullptr) {  // checked and decoded in stream order, the verdict gating the writes
+    if (reinterpret_cast<std::uintptr_t>(frame.data()) % 16 != 0)
+      return invalid("backend cuda: frames must start 16-byte aligned");
+    if (auto st = dev->device->check_header(expected, frame, verdict, opt.stream); !st.ok())
+      return st;
+    return run_decode(plan.value(), expected, frame, out, alpha, accumulate, opt, verdict);
+  }
+  // Host: the same check, then an ordinary decode of the frame's own header; what the
+  // decoder finds in the payload after a good header is a sparse index.
+  *verdict = blocks::check_expected_header(
+      expected, reinterpret_cast<const std::uint8_t*>(frame.data()), frame.size());
+  if (verdict->code != 0) return verdict_status(*verdict);
+  auto hdr = peek(frame);
+  if (!hdr) return hdr.error();  // unreachable: the frame's header equals a valid one
+  const const_bytes exact{frame.data(), hdr.value().frame_bytes()};  // threshold, dgc: <= size
+  status st = run_decode(plan.value(), hdr.value(), exact, out, alpha, accumulate, opt, nullptr);
+  if (st.code() != status_code::corrupt_frame) return st;
+  verdict->code = static_cast<std::uint32_t>(verdict_code::bad_indices);
+  return verdict_status(*verdict);
 }
 
 }  // namespace
@@ -438,6 +541,17 @@ status decode(const_bytes frame, tensor_view out, const exec_options& opt) noexc
 status decode_accumulate(const_bytes frame, tensor_view acc, float alpha,
                          const exec_options& opt) noexcept {
   return decode_common(frame, acc, alpha, true, opt);
+}
+
+status decode_expected(const frame_header& expected, const_bytes frame, tensor_view out,
+                       frame_verdict* verdict, const exec_options& opt) noexcept {
+  return decode_expected_common(expected, frame, out, 1.0f, false, verdict, opt);
+}
+
+status decode_accumulate_expected(const frame_header& expected, const_bytes frame, tensor_view acc,
+                                  float alpha, frame_verdict* verdict,
+                                  const exec_options& opt) noexcept {
+  return decode_expected_common(expected, frame, acc, alpha, true, verdict, opt);
 }
 
 result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& ctx,

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "support/codec_cases.hpp"
 #include "support/data.hpp"
 #include "support/specs.hpp"
 
@@ -19,30 +20,8 @@ namespace {
 
 using gc::test::kSpecs;
 
-struct param {
-  std::string spec;
-  gc::dtype type;
-  std::uint64_t n;
-};
-
-std::string name_of(const testing::TestParamInfo<param>& p) {
-  std::string s = p.param.spec + "_" + std::string(gc::dtype_name(p.param.type)) + "_" +
-                  std::to_string(p.param.n);
-  for (auto& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s + "_" + std::to_string(p.index);
-}
-
-std::vector<param> all_params() {
-  std::vector<param> out;
-  for (const char* s : kSpecs)
-    for (auto t : {gc::dtype::f32, gc::dtype::f16, gc::dtype::bf16})
-      for (std::uint64_t n : {0ull, 1ull, 7ull, 4097ull}) out.push_back({s, t, n});
-  return out;
-}
-
-//! A row count that makes PowerSGD see a matrix (4097 = 17 x 241).
-std::uint64_t rows_for(std::uint64_t n) { return n == 4097 ? 17 : n; }
+using param = gc::test::codec_case;
+using gc::test::rows_for;
 
 class EveryCodec : public testing::TestWithParam<param> {
  protected:
@@ -292,6 +271,7 @@ TEST_P(EveryCodec, DecoderRejectsDamagedFramesWithoutWritingOutside) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Reference, EveryCodec, testing::ValuesIn(all_params()), name_of);
+INSTANTIATE_TEST_SUITE_P(Reference, EveryCodec, testing::ValuesIn(gc::test::every_codec_case()),
+                         gc::test::codec_case_name);
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "gradcodec/context.hpp"
 #include "gradcodec/cpu.hpp"
 #include "gradcodec/dtype.hpp"
+#include "gradcodec/expected_decode.hpp"
 #include "gradcodec/frame.hpp"
 #include "gradcodec/powersgd.hpp"
 #include "gradcodec/spec.hpp"

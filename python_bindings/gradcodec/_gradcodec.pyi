@@ -130,6 +130,18 @@ def decode_accumulate(frame: BytesLike, acc: ArrayLike, alpha: float = 1.0, *,
 def peek(frame: BytesLike) -> FrameInfo:
     """Reads and checks a frame's header; a CUDA frame's 48 header bytes are copied to the
     host first (torch, on its device's current stream: it waits for the frame's writer)."""
+def decode_expected(expected: FrameInfo, frame: BytesLike, out: ArrayLike, verdict: ArrayLike,
+                    *, backend: str = "auto", threads: int = 0) -> None:
+    """Decodes frame into out when its header equals `expected` but for the non-finite flag
+    (threshold, dgc: and the count); the outcome goes into `verdict` (16 uint8 on the
+    frame's device), and out is written only when it is good. No wait on CUDA."""
+def decode_accumulate_expected(expected: FrameInfo, frame: BytesLike, acc: ArrayLike,
+                               verdict: ArrayLike, alpha: float = 1.0, *,
+                               backend: str = "auto", threads: int = 0) -> None:
+    """acc += alpha * decode(frame) under the checks of decode_expected."""
+def check_verdicts(verdicts: BytesLike) -> None:
+    """Raises gradcodec.Error for the first bad verdict of a host uint8 array of 16-byte
+    verdicts, naming its index."""
 def sign_majority_vote(frames: Sequence[BytesLike], out: Optional[_Out] = None,
                        alpha: float = 1.0, *, shape: Union[int, Sequence[int], None] = None,
                        dtype: DTypeLike = None) -> Any:

@@ -8,4 +8,5 @@ NB_MODULE(_gradcodec, m) {
       "gradcodec: gradient-compression codecs (native part; import gradcodec, not this module).";
   gradcodec::python::register_codec(m);
   gradcodec::python::register_powersgd(m);
+  gradcodec::python::register_expected(m);
 }

@@ -269,6 +269,38 @@ def test_corrupt_and_truncated_frames():
     expect_error(gc.StatusCode.unsupported_version, gc.decode, bad)
 
 
+def test_decode_against_an_expected_header():
+    """decode_expected equals decode for every frame of the codec (another count for
+    threshold); a damaged frame leaves its verdict, raises, and writes nothing."""
+    for spec in ("topk:ratio=0.05", "threshold:tau=1.5", "qsgd:levels=7", "fp16"):
+        expected = gc.peek(gc.encode(spec, grad(1000, seed=1)))
+        frame = gc.encode(spec, grad(1000, seed=2) * 1.5)
+        want = gc.decode(frame)
+        out = np.full(1000, 7.0, dtype=np.float32)
+        verdict = np.full(16, 0xA5, dtype=np.uint8)
+        gc.decode_expected(expected, frame, out, verdict)
+        assert np.array_equal(out, want), spec
+        assert not verdict[:4].any(), spec  # the code: ok
+        acc = np.ones(1000, dtype=np.float32)
+        gc.decode_accumulate_expected(expected, frame, acc, verdict, 0.5)
+        assert np.array_equal(acc, np.ones(1000, dtype=np.float32) + np.float32(0.5) * want)
+
+    expected = gc.peek(gc.encode("qsgd:levels=7", grad(1000, seed=1)))
+    other = gc.encode("qsgd:levels=15", grad(1000, seed=2))
+    out = np.full(1000, 7.0, dtype=np.float32)
+    verdicts = np.zeros((2, 16), dtype=np.uint8)
+    err = expect_error(gc.StatusCode.corrupt_frame, gc.decode_expected, expected, other, out,
+                       verdicts[1])
+    assert "'level'" in str(err)
+    assert np.all(out == 7.0)
+    assert verdicts[1, 0] == 5  # unexpected_field
+    err = expect_error(gc.StatusCode.corrupt_frame, gc.check_verdicts, verdicts)
+    assert "frame 1" in str(err)
+    gc.check_verdicts(verdicts[:1])  # a good verdict raises nothing
+    with pytest.raises(gc.Error):
+        gc.decode_expected(expected, other, out, np.zeros(8, dtype=np.uint8))
+
+
 def test_wrong_shapes_dtypes_and_buffers():
     x = grad(1000)
     frame = gc.encode("qsgd", x)

@@ -364,6 +364,50 @@ def test_encode_is_captured_in_a_cuda_graph():
                 f"{spec}: replay with seed {seed}"
 
 
+def test_decode_expected_on_cuda_waits_for_nothing_and_reports_through_verdicts():
+    """Device verdicts: a good frame decodes as on the CPU, a damaged one writes nothing and
+    says why in its verdict; check_verdicts on the host copy raises for it. Captured in a
+    CUDA graph too."""
+    n = 4097
+    expected = gc.peek(gc.encode("topk:ratio=0.05", grad(n, seed=1).to(DEV)))
+    good = gc.encode("topk:ratio=0.05", grad(n, seed=2).to(DEV))
+    bad = good.clone()
+    bad[9] ^= 1  # n, without its checksum
+    acc = torch.ones(n, device=DEV)
+    verdicts = torch.full((2, 16), 0xA5, dtype=torch.uint8, device=DEV)
+    gc.decode_accumulate_expected(expected, good, acc, verdicts[0], 0.5)
+    gc.decode_accumulate_expected(expected, bad, acc, verdicts[1], 0.5)
+    want = torch.ones(n)
+    gc.decode_accumulate(host_bytes(good), want, 0.5, backend="cpu")
+    assert torch.equal(acc.cpu(), want)
+    host = verdicts.cpu()
+    assert int(host[0, 0]) == 0 and int(host[1, 0]) == 4  # ok; header_checksum
+    err = expect_error(gc.StatusCode.corrupt_frame, gc.check_verdicts, host)
+    assert "frame 1" in str(err)
+
+    kwargs = {}
+    if "capture_error_mode" in inspect.signature(torch.cuda.graph).parameters:
+        kwargs["capture_error_mode"] = "thread_local"
+    frame = good.clone()
+    out = torch.zeros(n, device=DEV)
+    verdict = torch.zeros(16, dtype=torch.uint8, device=DEV)
+    side = torch.cuda.Stream(device=DEV)
+    side.wait_stream(torch.cuda.current_stream(DEV))
+    with torch.cuda.stream(side):  # warm-up outside the capture
+        gc.decode_expected(expected, frame, out, verdict)
+    torch.cuda.current_stream(DEV).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, **kwargs):
+        gc.decode_expected(expected, frame, out, verdict)
+    for seed in (3, 4):
+        src = grad(n, seed=seed)
+        frame.copy_(gc.encode("topk:ratio=0.05", src.to(DEV)))
+        graph.replay()
+        torch.cuda.synchronize(DEV)
+        assert torch.equal(out.cpu(), torch.from_numpy(gc.decode(host_bytes(frame))))
+        gc.check_verdicts(verdict.cpu())
+
+
 def test_tensors_on_another_device_than_the_current_one():
     """The call runs on its tensors' device whatever torch's current device is (one GPU:
     the current device is that one; two or more: tensors on the last device)."""

@@ -2,10 +2,15 @@
 // Fuzzes every decoder: arbitrary bytes as a frame, decoded and decode-accumulated on every
 // backend into a poisoned output with guard zones. Promises checked: no crash or sanitizer
 // report, nothing written outside the output, nothing written at all on error, and every
-// backend returns the same status and the same values (differential check).
+// backend returns the same status and the same values (differential check). And
+// decode_expected, against the frame's own header (with another count for threshold and
+// dgc, whose counts may vary), succeeds exactly when decode does and writes the same
+// (but for a threshold or dgc frame in a longer buffer, which only it accepts).
 #include <cstring>
 
 #include "fuzz_common.hpp"
+#include "gradcodec/blocks/expected_header.hpp"
+#include "gradcodec/expected_decode.hpp"
 
 namespace gc = gradcodec;
 
@@ -43,6 +48,27 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       }
       if (!st.ok())
         for (float v : out) GRADCODEC_FUZZ_CHECK(std::memcmp(&v, &poison, 4) == 0);
+      if (h.ok()) {
+        gc::frame_header e = h.value();
+        if (e.codec == gc::codec_id::threshold || e.codec == gc::codec_id::dgc)
+          e.count = e.payload_bytes = 0;
+        std::vector<float> out2(n + 2 * guard, poison);
+        const gc::tensor_view view2{out2.data() + guard, n, gc::dtype::f32, rows};
+        gc::frame_verdict verdict{};
+        const gc::status st2 =
+            accumulate ? gc::decode_accumulate_expected(e, frame, view2, 0.5f, &verdict, opt)
+                       : gc::decode_expected(e, frame, view2, &verdict, opt);
+        // A threshold or dgc frame in a longer buffer is one decode_expected accepts.
+        const bool capacity = gc::blocks::count_varies(e.codec) && size > h.value().frame_bytes();
+        if (!capacity) {
+          GRADCODEC_FUZZ_CHECK(st2.ok() == st.ok());
+          GRADCODEC_FUZZ_CHECK(std::memcmp(out2.data(), out.data(), out.size() * 4) == 0);
+        }
+        for (std::size_t i = 0; i < guard; ++i) {
+          GRADCODEC_FUZZ_CHECK(std::memcmp(&out2[i], &poison, 4) == 0);
+          GRADCODEC_FUZZ_CHECK(std::memcmp(&out2[guard + n + i], &poison, 4) == 0);
+        }
+      }
       codes.push_back(st.code());
       results.push_back(std::move(out));
     }
