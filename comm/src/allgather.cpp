@@ -80,16 +80,22 @@ class allgather_program final : public program {
     const std::uint64_t cap = capacity(r, g), block = block_of(r, g);
     const auto w = static_cast<std::uint64_t>(r.world);
     // Locate the frames (reading every header first: an error word anywhere stops all).
+    // On device memory the frame headers come along (not for the variable-size frames,
+    // whose block headers travelled apart; nor for the vote, which reads frames on the host).
     auto& off = s.offsets;
     auto& len = s.lengths;
     off.assign(w, 0);
+    s.expected.clear();
     if (variable(r)) {
       len = s.frame_bytes;
       for (std::uint64_t q = 1; q < w; ++q) off[q] = off[q - 1] + s.recv_sizes[q - 1];
     } else {
       for (std::uint64_t q = 0; q < w; ++q) off[q] = q * block;
       const std::uint64_t caps[] = {cap};
-      if (auto st = read_blocks(r, s.recv.data(), off, caps, len); !st.ok()) return st;
+      if (auto st =
+              read_blocks(r, s.recv.data(), off, caps, len, vote_ ? nullptr : device_headers(r, s));
+          !st.ok())
+        return st;
       for (std::uint64_t q = 0; q < w; ++q) off[q] += block_header;
     }
     if (r.failed()) return {};
@@ -100,12 +106,11 @@ class allgather_program final : public program {
                         : r.ws.accum.as<float>(g.len + 1, r.mem);
     if (auto st = r.mem.zero(acc, g.len * 4); !st.ok()) return st;
     const tensor_view accv = f32_view(acc, g.len, g.rows);
-    auto ws = codec_scratch(r, r.cfg.spec, accv, operation::decode_accumulate);
-    for (std::uint64_t q = 0; q < w && !r.failed(); ++q) {
-      const const_bytes frame{s.recv.data() + off[q], len[q]};
-      if (!frame_aligned(r, frame.data())) break;
-      if (auto st = decode_accumulate(frame, accv, r.alpha, r.exec(ws)); !st.ok()) r.fail(st);
-    }
+    auto& jobs = r.ws.decodes;
+    jobs.clear();
+    for (std::uint64_t q = 0; q < w; ++q)
+      jobs.push_back({{s.recv.data() + off[q], len[q]}, accv, true});
+    decode_frames(r, jobs, s.expected);
     if (r.failed() || direct) return {};
     return r.mem.from_f32(acc, slice(r.out, g.offset, g.len));
   }

@@ -23,7 +23,7 @@ void workspace::release() noexcept {
 std::size_t workspace::impl::bytes() const noexcept {
   std::size_t b = scratch.size() + accum.size() + prescaled.size() + node.size() + flat.size() +
                   dense_send.size() + dense_recv.size() + values.size() + words.size() +
-                  node_word.size() + staged.size() + host.capacity();
+                  node_word.size() + staged.size() + verdicts.size() + host.capacity();
   for (const auto& s : slots)
     b += s.send.size() + s.recv.size() + s.server_send.size() + s.server_recv.size() +
          s.frame.size() + s.headers.size();
@@ -198,28 +198,81 @@ std::uint64_t read_block(run& r, const std::byte* at, std::uint64_t capacity) {
 }
 
 status read_blocks(run& r, const std::byte* base, std::span<const std::uint64_t> offsets,
-                   std::span<const std::uint64_t> capacities, std::vector<std::uint64_t>& lengths) {
+                   std::span<const std::uint64_t> capacities, std::vector<std::uint64_t>& lengths,
+                   std::vector<frame_header>* frames) {
   const std::size_t n = offsets.size();
+  // A block too small for a frame header (an empty chunk's) cannot lend one: then no frame
+  // headers are read at all, and the decodes read their own.
+  for (std::size_t i = 0; i < n && frames != nullptr; ++i)
+    if ((capacities.size() == 1 ? capacities[0] : capacities[i]) < header_bytes) frames = nullptr;
+  const std::size_t width = block_header + (frames != nullptr ? header_bytes : 0);
   auto& host = r.ws.host;
-  host.resize(n * block_header);
+  host.resize(n * width);
   bool uniform = n > 0;
-  const std::uint64_t pitch = n > 1 ? offsets[1] - offsets[0] : block_header;
+  const std::uint64_t pitch = n > 1 ? offsets[1] - offsets[0] : width;
   for (std::size_t i = 1; i < n && uniform; ++i) uniform = offsets[i] - offsets[i - 1] == pitch;
   // One strided copy when the blocks are evenly spaced (one wait on a device), else one each.
   if (uniform) {
-    if (auto st = r.mem.download(host.data(), base + offsets[0], block_header, pitch, n); !st.ok())
+    if (auto st = r.mem.download(host.data(), base + offsets[0], width, pitch, n); !st.ok())
       return st;
   } else {
     for (std::size_t i = 0; i < n; ++i)
-      if (auto st = r.mem.download(host.data() + i * block_header, base + offsets[i], block_header);
-          !st.ok())
+      if (auto st = r.mem.download(host.data() + i * width, base + offsets[i], width); !st.ok())
         return st;
   }
   lengths.assign(n, 0);
   for (std::size_t i = 0; i < n; ++i)
-    lengths[i] = read_block(r, host.data() + i * block_header,
+    lengths[i] = read_block(r, host.data() + i * width,
                             capacities.size() == 1 ? capacities[0] : capacities[i]);
+  if (frames == nullptr) return {};
+  frames->assign(n, frame_header{});
+  for (std::size_t i = 0; i < n && !r.failed(); ++i) {
+    if (lengths[i] == 0) continue;  // no frame (an empty chunk): its bytes are not a header
+    auto h = peek({host.data() + i * width + block_header, header_bytes});
+    if (!h) {
+      r.fail(h.error());
+    } else {
+      (*frames)[i] = h.value();
+    }
+  }
   return {};
+}
+
+void decode_frames(run& r, std::span<const frame_decode> jobs,
+                   std::span<const frame_header> headers) {
+  const bool expected = !headers.empty();
+  frame_verdict* verdicts =
+      expected ? r.ws.verdicts.as<frame_verdict>(jobs.size(), r.mem) : nullptr;
+  std::size_t launched = 0;
+  for (std::size_t q = 0; q < jobs.size() && !r.failed(); ++q) {
+    const frame_decode& j = jobs[q];
+    const operation op = j.accumulate ? operation::decode_accumulate : operation::decode;
+    auto ws = codec_scratch(r, r.cfg.spec, j.out, op);
+    if (r.failed() || !frame_aligned(r, j.frame.data())) break;
+    status st;
+    if (!expected) {
+      st = j.accumulate ? decode_accumulate(j.frame, j.out, r.alpha, r.exec(ws))
+                        : decode(j.frame, j.out, r.exec(ws));
+    } else {
+      st = j.accumulate ? decode_accumulate_expected(headers[q], j.frame, j.out, r.alpha,
+                                                     verdicts + q, r.exec(ws))
+                        : decode_expected(headers[q], j.frame, j.out, verdicts + q, r.exec(ws));
+      if (st.ok()) launched = q + 1;  // its verdict will be written
+    }
+    if (!st.ok()) r.fail(st);
+  }
+  if (launched == 0) return;
+  // The one wait: every verdict at once, the first bad one becoming this rank's failure.
+  std::vector<frame_verdict> seen(launched);
+  if (auto st = r.mem.download(seen.data(), verdicts, launched * sizeof(frame_verdict)); !st.ok()) {
+    r.fail(st);
+    return;
+  }
+  for (const frame_verdict& v : seen)
+    if (auto st = verdict_status(v); !st.ok()) {
+      r.fail(st);
+      return;
+    }
 }
 
 void count_traffic(run& r, std::uint64_t sent, std::uint64_t received) {

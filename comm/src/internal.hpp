@@ -18,6 +18,7 @@
 #include "element_ops.hpp"
 #include "gradcodec/blocks/bytes.hpp"
 #include "gradcodec/comm/allreduce.hpp"
+#include "gradcodec/expected_decode.hpp"
 #include "gradcodec/powersgd.hpp"
 
 namespace gradcodec::comm::detail {
@@ -48,6 +49,13 @@ class buffer {
   int device_ = -1;
 };
 
+//! One decode of a received frame into `out`: plain, or accumulating with r.alpha.
+struct frame_decode {
+  const_bytes frame;
+  tensor_view out;
+  bool accumulate;
+};
+
 //! Buffers of one in-flight segment of the pipeline.
 struct slot {
   buffer send, recv, server_send, server_recv, frame;
@@ -56,6 +64,7 @@ struct slot {
   std::vector<std::uint64_t> offsets, lengths;  // where the received frames are
   std::vector<std::uint64_t> announced;         // frame bytes this rank sends per destination
   std::vector<std::uint64_t> frame_bytes;       // variable size: frame bytes of each received block
+  std::vector<frame_header> expected;           // device memory: the received frames' headers
   request req;
 };
 
@@ -82,6 +91,7 @@ struct workspace::impl {
   detail::buffer words;         // the agreement's fields (the world's memory)
   detail::buffer node_word;     // the hierarchy's outcome word (the node's memory)
   detail::buffer staged;        // a leader's node sum in the inter-node memory, when it differs
+  detail::buffer verdicts;      // device decodes: one frame_verdict per frame
   std::vector<std::byte> host;  // host copies: block headers, vote frames and result
   std::vector<detail::slot> slots;
   std::vector<const_bytes> frames;        // majority vote: the received frames
@@ -89,6 +99,8 @@ struct workspace::impl {
   std::vector<powersgd_matrix> matrices;  // powersgd: the P factors to orthogonalise
   std::vector<tensor_slot> bucket_slots;  // allreduce_tensors
   std::vector<std::uint64_t> sizes_a, sizes_b, lengths;
+  std::vector<detail::frame_decode> decodes;  // the received frames a stage decodes
+  std::vector<frame_header> decode_headers;   // ... and their headers, on device memory
 
   //! The buffers of a hierarchy's node level when its memory differs from the leaders'.
   std::unique_ptr<impl> node_side;
@@ -246,8 +258,26 @@ inline status put_block(run& r, std::byte* at, std::uint64_t word, std::uint64_t
 std::uint64_t read_block(run& r, const std::byte* at, std::uint64_t capacity);
 //! Copies to the host the headers of the blocks at base + offsets[i], then reads them
 //! into lengths[i] (capacities[i] each; one capacity for all when it has one entry).
+//! With `frames`, the copy also takes the frame header behind each block header (the
+//! block's frame starts there) and peeks it into (*frames)[i], in the same wait: what
+//! decode_frames needs to decode on a device without waiting for each header.
 status read_blocks(run& r, const std::byte* base, std::span<const std::uint64_t> offsets,
-                   std::span<const std::uint64_t> capacities, std::vector<std::uint64_t>& lengths);
+                   std::span<const std::uint64_t> capacities, std::vector<std::uint64_t>& lengths,
+                   std::vector<frame_header>* frames = nullptr);
+
+//! The frame headers read_blocks should collect: on device memory only (a host decode
+//! reads each header in place). Clears the slot's headers of an earlier call either way.
+inline std::vector<frame_header>* device_headers(const run& r, slot& s) {
+  s.expected.clear();
+  return r.mem.space() == memory_space::host ? nullptr : &s.expected;
+}
+
+//! Runs the decodes in order, recording failures on the run. With `headers` (one per
+//! decode, from read_blocks on device memory) each frame is decoded against its header
+//! (decode_expected) without a wait, and the verdicts come back in one copy at the end;
+//! without, decode reads each frame's header itself.
+void decode_frames(run& r, std::span<const frame_decode> jobs,
+                   std::span<const frame_header> headers);
 
 // --- timed collectives -----------------------------------------------------------------------
 

@@ -61,7 +61,8 @@ class two_phase_program final : public program {
   }
 
   //! Reads the headers of the blocks of `sizes` packed from base (each one's capacity is
-  //! its size less the header) into lengths, and points offsets at their frames.
+  //! its size less the header) into lengths, and points offsets at their frames. On device
+  //! memory the frame headers behind them come along into s.expected.
   static status locate(run& r, const std::byte* base, std::span<const std::uint64_t> sizes,
                        slot& s) {
     const std::size_t w = sizes.size();
@@ -72,7 +73,8 @@ class two_phase_program final : public program {
       if (q > 0) s.offsets[q] = s.offsets[q - 1] + sizes[q - 1];
       caps[q] = sizes[q] - block_header;
     }
-    if (auto st = read_blocks(r, base, s.offsets, caps, s.lengths); !st.ok()) return st;
+    if (auto st = read_blocks(r, base, s.offsets, caps, s.lengths, device_headers(r, s)); !st.ok())
+      return st;
     for (auto& o : s.offsets) o += block_header;
     return {};
   }
@@ -80,6 +82,7 @@ class two_phase_program final : public program {
   //! Variable size: the frames arrived back to back in blocks of `sizes` (padded), their
   //! lengths in s.frame_bytes.
   static void packed(std::span<const std::uint64_t> sizes, slot& s) {
+    s.expected.clear();  // the frames' own headers are read as they are decoded
     s.offsets.assign(sizes.size(), 0);
     s.lengths = s.frame_bytes;
     for (std::size_t q = 1; q < sizes.size(); ++q) s.offsets[q] = s.offsets[q - 1] + sizes[q - 1];
@@ -180,14 +183,11 @@ class two_phase_program final : public program {
       float* acc = r.ws.accum.as<float>(mine.len + 1, r.mem);
       if (auto st = r.mem.zero(acc, mine.len * 4); !st.ok()) return st;
       const tensor_view accv = f32_view(acc, mine.len);
-      auto ws = codec_scratch(r, r.cfg.spec, accv, operation::decode_accumulate);
-      for (std::size_t q = 0; q < w && !r.failed(); ++q) {
-        if (!frame_aligned(r, s.recv.data() + s.offsets[q])) break;
-        if (auto st = decode_accumulate({s.recv.data() + s.offsets[q], s.lengths[q]}, accv, r.alpha,
-                                        r.exec(ws));
-            !st.ok())
-          r.fail(st);
-      }
+      auto& jobs = r.ws.decodes;
+      jobs.clear();
+      for (std::size_t q = 0; q < w; ++q)
+        jobs.push_back({{s.recv.data() + s.offsets[q], s.lengths[q]}, accv, true});
+      decode_frames(r, jobs, s.expected);
       if (!r.failed()) {
         const context fctx = frame_context(r, role_server, i, static_cast<std::uint64_t>(r.me));
         const std::uint64_t full = chunk_of(r.seg_len, r.unit, r.world, r.me).len;
@@ -244,16 +244,19 @@ class two_phase_program final : public program {
     }
     if (r.failed()) return {};
     timer t(r.times, &phase_times::decode_s);
-    for (std::size_t c = 0; c < w && !r.failed(); ++c) {
+    auto& jobs = r.ws.decodes;
+    jobs.clear();
+    std::vector<frame_header>& headers = r.ws.decode_headers;
+    headers.clear();
+    for (std::size_t c = 0; c < w; ++c) {
       const range ch = chunk(r, g, static_cast<int>(c));
       if (ch.len == 0) continue;
-      const tensor_view dst = slice(r.out, g.offset + ch.begin, ch.len);
-      auto ws = codec_scratch(r, r.cfg.spec, dst, operation::decode);
-      if (!frame_aligned(r, s.server_recv.data() + s.offsets[c])) break;
-      if (auto st = decode({s.server_recv.data() + s.offsets[c], s.lengths[c]}, dst, r.exec(ws));
-          !st.ok())
-        r.fail(st);
+      jobs.push_back({{s.server_recv.data() + s.offsets[c], s.lengths[c]},
+                      slice(r.out, g.offset + ch.begin, ch.len),
+                      false});
+      if (!s.expected.empty()) headers.push_back(s.expected[c]);
     }
+    decode_frames(r, jobs, headers);
     return {};
   }
 };

@@ -86,6 +86,8 @@ TEST(DevicePaths, CorruptBytesFromOneRankFailEveryRankWithoutHanging) {
   // As comm.Faults.CorruptBytes*, with the headers read through device copies.
   const std::pair<const char*, gcc::strategy> cases[] = {
       {"topk:ratio=0.1", gcc::strategy::two_phase},
+      {"topk:ratio=0.1", gcc::strategy::allgather},
+      {"qsgd:levels=7,bucket=64", gcc::strategy::allgather},
       {"threshold:tau=0.5", gcc::strategy::two_phase},
       {"sign:bucket=64", gcc::strategy::majority_vote},
       {"randomk:ratio=0.1", gcc::strategy::dense},
