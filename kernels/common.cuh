@@ -123,6 +123,9 @@ status feedback_sum(const_tensor_view g, const_tensor_view e, float* p, void* st
 //! *verdict: one thread, stream-ordered.
 status check_header(const frame_header& expected, const std::byte* frame, std::uint64_t frame_bytes,
                     frame_verdict* verdict, void* stream);
+//! out.emit(i, 0) for every i < n (a plain sparse decode's background), unless the
+//! target's verdict is closed: one coalesced pass.
+status zero_output(std::uint64_t n, const decode_target& out, void* stream);
 //! Zeroes payload bytes [from, to) (padding): stream-ordered.
 status zero_bytes(std::byte* payload, std::uint64_t from, std::uint64_t to, void* stream);
 

@@ -25,6 +25,11 @@ __global__ void check_header_kernel(frame_header expected, const std::uint8_t* f
   *verdict = blocks::check_expected_header(expected, frame, frame_bytes);
 }
 
+__global__ void zeros_kernel(std::uint64_t n, decode_target out) {
+  if (out.closed()) return;
+  for (std::uint64_t i = thread_index(); i < n; i += thread_stride()) out.emit(i, 0.0f);
+}
+
 __global__ void feedback_sum_kernel(const void* g, dtype gt, const void* e, dtype et,
                                     std::uint64_t n, float* p) {
   for (std::uint64_t i = thread_index(); i < n; i += thread_stride())
@@ -59,6 +64,14 @@ status check_header(const frame_header& expected, const std::byte* frame, std::u
   check_header_kernel<<<1, 1, 0, stream_of(stream)>>>(
       expected, reinterpret_cast<const std::uint8_t*>(frame), frame_bytes, verdict);
   GRADCODEC_CUDA_LAUNCHED("check_header_kernel");
+  return {};
+}
+
+status zero_output(std::uint64_t n, const decode_target& out, void* stream) {
+  if (n == 0) return {};
+  constexpr unsigned threads = 256;
+  zeros_kernel<<<grid_for(n, threads), threads, 0, stream_of(stream)>>>(n, out);
+  GRADCODEC_CUDA_LAUNCHED("zeros_kernel");
   return {};
 }
 

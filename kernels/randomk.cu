@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! Stratified random-k on the GPU (docs/codecs.md "randomk"): one thread per stratum
-//! (blocks/randomk.hpp), so encode reads only the k sent elements. Error feedback is one
-//! pass over every stratum: p = g + e, the sent value from p at the stratum's index, and
-//! e = p - decoded, which is p everywhere but at the index (the generic composition).
+//! (blocks/randomk.hpp), so encode reads only the k sent elements. Error feedback is the
+//! generic composition's e = p - decoded, which is p = g + e everywhere but at the sent
+//! index: the sent value and that index's residual per stratum (kept in the workspace),
+//! then one coalesced pass e = p over every element, then the k sent residuals written
+//! back, so a large stratum (small k) never falls to one thread. Decode likewise: zeros
+//! in one pass, then the k values.
 #include "codecs.hpp"
 #include "common.cuh"
 #include "gradcodec/blocks/layout.hpp"
@@ -37,10 +40,11 @@ struct randomk_shape {
   blocks::randomk_layout layout;
 };
 
-//! With a residual: p = in + residual over the whole stratum, residual = p - decoded.
+//! The k sent values; with a residual also each stratum's residual at its sent index,
+//! p - decoded, into sent_residual[j] (the residual itself is left for the passes after).
 __global__ void randomk_encode_kernel(randomk_shape f, const void* in, dtype in_type,
-                                      void* residual, dtype res_type, std::uint8_t* payload,
-                                      status_words* st) {
+                                      const void* residual, dtype res_type, std::uint8_t* payload,
+                                      float* sent_residual, status_words* st) {
   std::uint8_t* values = payload + f.layout.values_offset;
   bool bad = false;
   for (std::uint64_t j = thread_index(); j < f.k; j += thread_stride()) {
@@ -52,32 +56,39 @@ __global__ void randomk_encode_kernel(randomk_shape f, const void* in, dtype in_
     put_wire(values, f.wire, j, x);
     if (residual == nullptr) continue;
     const float sent = blocks::canonicalize_nan(get_wire(values, f.wire, j));
-    for (std::uint64_t i = s.lo; i < s.lo + s.size; ++i) {
-      const float p = i == s.index ? v
-                                   : blocks::fadd_nan_first(load_value(in, in_type, i),
-                                                            load_value(residual, res_type, i));
-      store_value(residual, res_type, i, blocks::fsub_nan_first(p, i == s.index ? sent : 0.0f));
-    }
+    sent_residual[j] = blocks::fsub_nan_first(v, sent);
   }
   if (bad) atomicOr(&st->nonfinite, 1u);
   if (thread_index() == 0) blocks::randomk_put_key(f.rng, payload + f.layout.key_offset);
 }
 
+//! residual[i] = p - 0 with p = in + residual: the residual of every element not sent.
+__global__ void unsent_residual_kernel(std::uint64_t n, const void* in, dtype in_type,
+                                       void* residual, dtype res_type) {
+  for (std::uint64_t i = thread_index(); i < n; i += thread_stride()) {
+    const float p =
+        blocks::fadd_nan_first(load_value(in, in_type, i), load_value(residual, res_type, i));
+    store_value(residual, res_type, i, blocks::fsub_nan_first(p, 0.0f));
+  }
+}
+
+//! The sent elements' residuals over the pass above.
+__global__ void sent_residual_kernel(randomk_shape f, const float* sent_residual, void* residual,
+                                     dtype res_type) {
+  for (std::uint64_t j = thread_index(); j < f.k; j += thread_stride())
+    store_value(residual, res_type, blocks::randomk_stratum_of(f.rng, j, f.n, f.k).index,
+                sent_residual[j]);
+}
+
+//! Each stratum's value at its index (accumulated, or over the zeros written before).
 __global__ void randomk_decode_kernel(std::uint64_t n, std::uint64_t k, dtype wire,
                                       const std::uint8_t* payload, blocks::randomk_layout layout,
                                       decode_target out) {
   if (out.closed()) return;
   const blocks::counter_rng rng = blocks::randomk_get_key(payload + layout.key_offset);
   const std::uint8_t* values = payload + layout.values_offset;
-  for (std::uint64_t j = thread_index(); j < k; j += thread_stride()) {
-    const blocks::randomk_stratum s = blocks::randomk_stratum_of(rng, j, n, k);
-    const float x = get_wire(values, wire, j);
-    if (out.accumulate) {
-      out.emit(s.index, x);
-      continue;
-    }
-    for (std::uint64_t i = s.lo; i < s.lo + s.size; ++i) out.emit(i, i == s.index ? x : 0.0f);
-  }
+  for (std::uint64_t j = thread_index(); j < k; j += thread_stride())
+    out.emit(blocks::randomk_stratum_of(rng, j, n, k).index, get_wire(values, wire, j));
 }
 
 status encode_impl(const detail::encode_call& c, tensor_view residual) {
@@ -93,9 +104,22 @@ status encode_impl(const detail::encode_call& c, tensor_view residual) {
     return {status_code::output_too_small, "output buffer too small for the payload"};
   if (auto st = begin_frame(c.workspace, c.stream); !st.ok()) return st;
   auto* payload = reinterpret_cast<std::uint8_t*>(c.payload);
-  randomk_encode_kernel<<<grid_for(f.k == 0 ? 1 : f.k, threads), threads, 0, stream_of(c.stream)>>>(
-      f, c.in.data, c.in.type, residual.data, residual.type, payload, status_of(c.workspace));
+  const cudaStream_t s = stream_of(c.stream);
+  auto* sent_residual = reinterpret_cast<float*>(after_status(c.workspace).data());
+  randomk_encode_kernel<<<grid_for(f.k == 0 ? 1 : f.k, threads), threads, 0, s>>>(
+      f, c.in.data, c.in.type, residual.data, residual.type, payload, sent_residual,
+      status_of(c.workspace));
   GRADCODEC_CUDA_LAUNCHED("randomk_encode_kernel");
+  if (residual.data != nullptr && f.n > 0) {
+    unsent_residual_kernel<<<grid_for(f.n, threads), threads, 0, s>>>(f.n, c.in.data, c.in.type,
+                                                                      residual.data, residual.type);
+    GRADCODEC_CUDA_LAUNCHED("unsent_residual_kernel");
+    if (f.k > 0) {
+      sent_residual_kernel<<<grid_for(f.k, threads), threads, 0, s>>>(f, sent_residual,
+                                                                      residual.data, residual.type);
+      GRADCODEC_CUDA_LAUNCHED("sent_residual_kernel");
+    }
+  }
   const std::uint64_t used = f.layout.values_offset + f.layout.values_bytes;
   if (auto st = zero_bytes(c.payload, used, f.layout.total, c.stream); !st.ok()) return st;
   c.hdr.count = f.k;
@@ -106,8 +130,10 @@ status encode_impl(const detail::encode_call& c, tensor_view residual) {
 
 }  // namespace
 
-std::size_t randomk_workspace(const codec_spec&, const_tensor_view, operation) {
-  return status_bytes;
+std::size_t randomk_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
+  // Error feedback keeps each stratum's sent residual (f32) until the dense pass is done.
+  if (op != operation::encode_with_feedback) return status_bytes;
+  return status_bytes + sparse_count(spec, shape.n) * 4;
 }
 
 status randomk_encode(const detail::encode_call& c) { return encode_impl(c, {}); }
@@ -121,9 +147,12 @@ status randomk_decode(const detail::decode_call& c) {
   const std::uint64_t n = c.hdr.n, k = c.hdr.count;
   if (n > 0 && k == 0) return {status_code::corrupt_frame, "randomk frame with no elements"};
   if (k == 0) return {};
+  const decode_target out = target_of(c);
+  if (!c.accumulate)
+    if (auto st = zero_output(n, out, c.stream); !st.ok()) return st;
   randomk_decode_kernel<<<grid_for(k, threads), threads, 0, stream_of(c.stream)>>>(
       n, k, c.hdr.type, reinterpret_cast<const std::uint8_t*>(c.payload),
-      blocks::randomk_layout_of(k, dtype_size(c.hdr.type)), target_of(c));
+      blocks::randomk_layout_of(k, dtype_size(c.hdr.type)), out);
   GRADCODEC_CUDA_LAUNCHED("randomk_decode_kernel");
   return {};
 }

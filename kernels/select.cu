@@ -227,11 +227,6 @@ __global__ void check_indices_kernel(sparse_frame f, std::uint64_t n, unsigned* 
   }
 }
 
-__global__ void zeros_kernel(std::uint64_t n, decode_target out) {
-  if (out.closed()) return;
-  for (std::uint64_t i = thread_index(); i < n; i += thread_stride()) out.emit(i, 0.0f);
-}
-
 __global__ void scatter_kernel(sparse_frame f, decode_target out) {
   std::uint64_t k = 0;
   sparse_in s{};
@@ -415,10 +410,8 @@ status sparse_decode(const detail::decode_call& c) {
                 "sparse indices out of range or not strictly ascending"};
     }
   }
-  if (!c.accumulate && n > 0) {
-    zeros_kernel<<<grid_for(n, threads), threads, 0, s>>>(n, out);
-    GRADCODEC_CUDA_LAUNCHED("zeros_kernel");
-  }
+  if (!c.accumulate)
+    if (auto st = zero_output(n, out, c.stream); !st.ok()) return st;
   if (k_bound > 0) {
     scatter_kernel<<<grid_for(k_bound, threads), threads, 0, s>>>(f, out);
     GRADCODEC_CUDA_LAUNCHED("scatter_kernel");
