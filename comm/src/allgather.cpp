@@ -110,7 +110,7 @@ class allgather_program final : public program {
     jobs.clear();
     for (std::uint64_t q = 0; q < w; ++q)
       jobs.push_back({{s.recv.data() + off[q], len[q]}, accv, true});
-    decode_frames(r, jobs, s.expected);
+    if (auto st = decode_frames(r, jobs, s.expected); !st.ok()) return st;
     if (r.failed() || direct) return {};
     return r.mem.from_f32(acc, slice(r.out, g.offset, g.len));
   }

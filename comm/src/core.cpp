@@ -227,7 +227,12 @@ status read_blocks(run& r, const std::byte* base, std::span<const std::uint64_t>
   if (frames == nullptr) return {};
   frames->assign(n, frame_header{});
   for (std::size_t i = 0; i < n && !r.failed(); ++i) {
-    if (lengths[i] == 0) continue;  // no frame (an empty chunk): its bytes are not a header
+    // Every block here can hold a frame (no empty chunks): one without is corrupt, as the
+    // decode of an empty frame would say.
+    if (lengths[i] == 0) {
+      r.fail({status_code::corrupt_frame, "truncated: a block without its frame"});
+      break;
+    }
     auto h = peek({host.data() + i * width + block_header, header_bytes});
     if (!h) {
       r.fail(h.error());
@@ -238,41 +243,42 @@ status read_blocks(run& r, const std::byte* base, std::span<const std::uint64_t>
   return {};
 }
 
-void decode_frames(run& r, std::span<const frame_decode> jobs,
-                   std::span<const frame_header> headers) {
+status decode_frames(run& r, std::span<const frame_decode> jobs,
+                     std::span<const frame_header> headers) {
   const bool expected = !headers.empty();
   frame_verdict* verdicts =
       expected ? r.ws.verdicts.as<frame_verdict>(jobs.size(), r.mem) : nullptr;
   std::size_t launched = 0;
-  for (std::size_t q = 0; q < jobs.size() && !r.failed(); ++q) {
+  status refused;  // a decode that returned an error at once, after the launched ones
+  for (std::size_t q = 0; q < jobs.size() && !r.failed() && refused.ok(); ++q) {
     const frame_decode& j = jobs[q];
     const operation op = j.accumulate ? operation::decode_accumulate : operation::decode;
     auto ws = codec_scratch(r, r.cfg.spec, j.out, op);
     if (r.failed() || !frame_aligned(r, j.frame.data())) break;
-    status st;
     if (!expected) {
-      st = j.accumulate ? decode_accumulate(j.frame, j.out, r.alpha, r.exec(ws))
-                        : decode(j.frame, j.out, r.exec(ws));
-    } else {
-      st = j.accumulate ? decode_accumulate_expected(headers[q], j.frame, j.out, r.alpha,
-                                                     verdicts + q, r.exec(ws))
-                        : decode_expected(headers[q], j.frame, j.out, verdicts + q, r.exec(ws));
-      if (st.ok()) launched = q + 1;  // its verdict will be written
+      const status st = j.accumulate ? decode_accumulate(j.frame, j.out, r.alpha, r.exec(ws))
+                                     : decode(j.frame, j.out, r.exec(ws));
+      if (!st.ok()) r.fail(st);
+      continue;
     }
-    if (!st.ok()) r.fail(st);
+    refused = j.accumulate ? decode_accumulate_expected(headers[q], j.frame, j.out, r.alpha,
+                                                        verdicts + q, r.exec(ws))
+                           : decode_expected(headers[q], j.frame, j.out, verdicts + q, r.exec(ws));
+    if (refused.ok()) launched = q + 1;  // its verdict will be written
   }
-  if (launched == 0) return;
-  // The one wait: every verdict at once, the first bad one becoming this rank's failure.
-  std::vector<frame_verdict> seen(launched);
-  if (auto st = r.mem.download(seen.data(), verdicts, launched * sizeof(frame_verdict)); !st.ok()) {
-    r.fail(st);
-    return;
+  if (launched > 0) {
+    // The one wait: every verdict at once; in frame order, the first failure is the rank's.
+    std::vector<frame_verdict> seen(launched);
+    if (auto st = r.mem.download(seen.data(), verdicts, launched * sizeof(frame_verdict)); !st.ok())
+      return st;  // the memory (the communicator's stream) failed: as a failed block copy
+    for (const frame_verdict& v : seen)
+      if (auto st = verdict_status(v); !st.ok()) {
+        r.fail(st);
+        return {};
+      }
   }
-  for (const frame_verdict& v : seen)
-    if (auto st = verdict_status(v); !st.ok()) {
-      r.fail(st);
-      return;
-    }
+  if (!refused.ok()) r.fail(refused);
+  return {};
 }
 
 void count_traffic(run& r, std::uint64_t sent, std::uint64_t received) {

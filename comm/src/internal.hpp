@@ -272,12 +272,13 @@ inline std::vector<frame_header>* device_headers(const run& r, slot& s) {
   return r.mem.space() == memory_space::host ? nullptr : &s.expected;
 }
 
-//! Runs the decodes in order, recording failures on the run. With `headers` (one per
-//! decode, from read_blocks on device memory) each frame is decoded against its header
-//! (decode_expected) without a wait, and the verdicts come back in one copy at the end;
-//! without, decode reads each frame's header itself.
-void decode_frames(run& r, std::span<const frame_decode> jobs,
-                   std::span<const frame_header> headers);
+//! Runs the decodes in order, recording the first failing frame's failure on the run.
+//! With `headers` (one per decode, from read_blocks on device memory) each frame is
+//! decoded against its header (decode_expected) without a wait, and the verdicts come
+//! back in one copy at the end; without, decode reads each frame's header itself. An
+//! error only when that copy failed (the memory or its stream is broken).
+status decode_frames(run& r, std::span<const frame_decode> jobs,
+                     std::span<const frame_header> headers);
 
 // --- timed collectives -----------------------------------------------------------------------
 

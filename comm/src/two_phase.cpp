@@ -187,7 +187,7 @@ class two_phase_program final : public program {
       jobs.clear();
       for (std::size_t q = 0; q < w; ++q)
         jobs.push_back({{s.recv.data() + s.offsets[q], s.lengths[q]}, accv, true});
-      decode_frames(r, jobs, s.expected);
+      if (auto st = decode_frames(r, jobs, s.expected); !st.ok()) return st;
       if (!r.failed()) {
         const context fctx = frame_context(r, role_server, i, static_cast<std::uint64_t>(r.me));
         const std::uint64_t full = chunk_of(r.seg_len, r.unit, r.world, r.me).len;
@@ -256,7 +256,7 @@ class two_phase_program final : public program {
                       false});
       if (!s.expected.empty()) headers.push_back(s.expected[c]);
     }
-    decode_frames(r, jobs, headers);
+    if (auto st = decode_frames(r, jobs, headers); !st.ok()) return st;
     return {};
   }
 };

@@ -40,7 +40,7 @@ const void* corrupting_communicator::outgoing(const void* send, std::uint64_t by
   if (rank() != bad_ || ++calls_ != nth_ || bytes == 0) return send;
   const auto* p = static_cast<const std::byte*>(send);
   garbled_.assign(p, p + bytes);
-  for (auto& b : garbled_) b ^= std::byte{0x5A};
+  for (std::uint64_t i = from_; i < bytes && i < to_; ++i) garbled_[i] ^= std::byte{0x5A};
   corrupted_ = true;
   return garbled_.data();
 }

@@ -66,8 +66,10 @@ std::vector<rank_result> simulate(const scenario& sc, int world);
 //! XORed with 0x5A, as a faulty NIC or a bug on that rank would. Split is not supported.
 class corrupting_communicator final : public gcc::communicator {
  public:
-  corrupting_communicator(gcc::communicator& inner, int bad, int nth)
-      : inner_(inner), bad_(bad), nth_(nth) {}
+  //! Rank `bad` garbles its nth send: every byte, or only bytes [from, to) of it.
+  corrupting_communicator(gcc::communicator& inner, int bad, int nth, std::uint64_t from = 0,
+                          std::uint64_t to = ~std::uint64_t{0})
+      : inner_(inner), bad_(bad), nth_(nth), from_(from), to_(to) {}
   int rank() const noexcept override { return inner_.rank(); }
   int size() const noexcept override { return inner_.size(); }
   std::string_view name() const noexcept override { return inner_.name(); }
@@ -96,6 +98,7 @@ class corrupting_communicator final : public gcc::communicator {
 
   gcc::communicator& inner_;
   int bad_, nth_, calls_ = 0;
+  std::uint64_t from_, to_;
   bool corrupted_ = false;
   std::vector<std::byte> garbled_;
 };

@@ -175,6 +175,66 @@ std::vector<float> run_hierarchy(bool intra_on_device, bool inter_on_device) {
   return all;
 }
 
+// Damage inside rank 1's frames (behind the block header, which stays intact) reaches the
+// device path's frame-header read and its verdicts: each rank fails with the status code
+// the host path gives it for the same bytes (the rank that decoded the frame names the
+// damage, the others the failing rank).
+TEST(DevicePaths, DamagedFramesFailEveryRankWithTheHostPathsCode) {
+  struct damage {
+    const char* spec;
+    gcc::strategy how;
+    std::uint64_t from, to;  // bytes of rank 1's send buffer to garble
+    const char* what;
+  };
+  // allgather sends [16-byte block header][frame]; topk:ratio=0.1 of 1000 f32 elements
+  // carries 100 values (400 bytes) then 100 indices from payload byte 400.
+  const damage cases[] = {
+      {"qsgd:levels=7,bucket=64", gcc::strategy::allgather, 16 + 4, 16 + 5, "version"},
+      {"qsgd:levels=7,bucket=64", gcc::strategy::allgather, 16 + 8, 16 + 9, "n (checksum)"},
+      {"topk:ratio=0.1", gcc::strategy::allgather, 16 + 48 + 400, 16 + 48 + 800, "indices"},
+      {"topk:ratio=0.1", gcc::strategy::two_phase, 16 + 4, 16 + 5, "first chunk's version"},
+  };
+  for (const auto& d : cases)
+    for (int nth : {1, 2}) {
+      SCOPED_TRACE(std::string(d.spec) + " " + d.what + " send " + std::to_string(nth));
+      std::vector<status> seen[2];
+      std::vector<int> garbled(3, 0);
+      for (int on_device : {0, 1})
+        seen[on_device] = gcc::run_threads(3, [&](gcc::communicator& c) -> status {
+          corrupting_communicator bad(c, 1, nth, d.from, d.to);
+          device_like_communicator dev(bad);
+          gcc::communicator& use = on_device ? static_cast<gcc::communicator&>(dev) : bad;
+          const auto cfg = config(d.spec, d.how);
+          const std::uint64_t n = 1000;
+          auto g = make_grad(n, c.rank(), 0, 1.0f);
+          gcc::allreduce_state state;
+          gcc::workspace ws;
+          status s;
+          if (on_device) {
+            auto& mem = *dev.memory_services();
+            auto b = mem.allocate(n * 4);
+            if (auto up = mem.upload(b.get(), g.data(), n * 4); !up.ok()) return up;
+            const gc::tensor_view io{b.get(), n, gc::dtype::f32, 0};
+            s = gcc::allreduce(use, cfg, {1, 0, 0}, io, io, state, ws);
+          } else {
+            s = gcc::allreduce(use, cfg, {1, 0, 0}, gc::view(std::as_const(g)), gc::view(g), state,
+                               ws);
+          }
+          garbled[static_cast<std::size_t>(c.rank())] = bad.corrupted() ? 1 : 0;
+          return s;
+        });
+      if (garbled[1] == 0) continue;  // fewer than nth sends from rank 1
+      for (int r = 0; r < 3; ++r) {
+        const status& h = seen[0][static_cast<std::size_t>(r)];
+        const status& v = seen[1][static_cast<std::size_t>(r)];
+        if (h.ok()) continue;  // that send was not a frame (the bytes it hit were unused)
+        EXPECT_EQ(v.code(), h.code())
+            << "rank " << r << ": device '" << v.message() << "', host '" << h.message() << "'";
+        EXPECT_FALSE(seen[1][0].ok());  // every rank hears of it (rank 0 too)
+      }
+    }
+}
+
 TEST(DevicePaths, AHierarchyMayMixDeviceAndHostLevels) {
   // NCCL inside each node with MPI between the leaders (or the reverse) gives the bits of
   // an all-host hierarchy: the node sum crosses to the leaders' memory and back.
