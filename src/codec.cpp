@@ -389,7 +389,6 @@ namespace {
 //! the workspace. Nothing has been launched or written yet.
 struct decode_plan {
   const codec_ops* ops;
-  operation op;
 };
 
 result<decode_plan> plan_decode(const frame_header& h, const_bytes frame, tensor_view out,
@@ -413,7 +412,7 @@ result<decode_plan> plan_decode(const frame_header& h, const_bytes frame, tensor
     return st;
   const operation op = accumulate ? operation::decode_accumulate : operation::decode;
   if (auto st = check_workspace(need_workspace(ops, spec_of(h), out, op), opt); !st.ok()) return st;
-  return decode_plan{&ops, op};
+  return decode_plan{&ops};
 }
 
 status run_decode(const decode_plan& plan, const frame_header& h, const_bytes frame,
