@@ -20,6 +20,11 @@ inline bool have_gpu() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
+//! The first line of every CUDA backend test: skip, saying why, where no GPU is visible.
+#define SKIP_WITHOUT_GPU()            \
+  if (!::gradcodec::test::have_gpu()) \
+  GTEST_SKIP() << "no CUDA device visible: CUDA backend tests need a GPU"
+
 inline std::size_t max_n() {
   const char* e = std::getenv("GRADCODEC_TEST_MAX_N");
   return e != nullptr ? static_cast<std::size_t>(std::strtoull(e, nullptr, 10)) : ~std::size_t{0};

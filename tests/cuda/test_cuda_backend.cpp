@@ -29,9 +29,6 @@ using namespace gc::test;
 
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: CUDA backend tests need a GPU"
-
 std::vector<float> stress(std::size_t n, std::uint64_t seed) {
   auto v = with_extremes(n, seed, 64);
   if (n > 100) v[n / 3] = std::numeric_limits<float>::quiet_NaN();

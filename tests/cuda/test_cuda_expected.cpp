@@ -24,9 +24,6 @@ using namespace gc::test;
 
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible: CUDA backend tests need a GPU"
-
 gc::frame_verdict read_verdict(const device_bytes& d) {
   gc::frame_verdict v{};
   std::memcpy(&v, d.read(sizeof v).data(), sizeof v);
