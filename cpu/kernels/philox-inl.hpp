@@ -58,46 +58,9 @@ inline __m256i philox_xor3(__m256i a, __m256i b, __m256i c) {
 #endif
 }
 
-//! Numbers 4*b0 .. 4*b0+15 of the stream as two registers of 8 (lanes 0-7, lanes 8-15).
-inline void philox16_blocks(const philox16_gen& g, std::uint64_t b0, __m256i& out_lo,
-                            __m256i& out_hi) {
-  const __m256i m0 = _mm256_set1_epi64x(0xD2511F53), m1 = _mm256_set1_epi64x(0xCD9E8D57);
-  const __m256i index = _mm256_add_epi64(_mm256_set1_epi64x(static_cast<long long>(b0)),
-                                         _mm256_setr_epi64x(0, 1, 2, 3));
-  // Round 0: word 0 = block index low word, word 1 = high word ^ (stream << 24); words 2
-  // and 3 are per-call constants (see philox16_make).
-  __m256i p0 = _mm256_mul_epu32(index, m0);
-  const __m256i word1 = _mm256_xor_si256(_mm256_srli_epi64(index, 32), g.c1_xor);
-  __m256i c0 = _mm256_xor_si256(g.r0_word0, word1);
-  __m256i c1 = g.r0_c1;
-  __m256i c2 = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), g.r0_word2);
-  __m256i c3 = p0;
-  for (int r = 1; r < 10; ++r) {
-    p0 = _mm256_mul_epu32(c0, m0);
-    const __m256i p1 = _mm256_mul_epu32(c2, m1);
-    c0 = philox_xor3(_mm256_srli_epi64(p1, 32), c1, g.k0[r]);
-    c2 = philox_xor3(_mm256_srli_epi64(p0, 32), c3, g.k1[r]);
-    c1 = p1;
-    c3 = p0;
-  }
-  // Transpose: 64-bit lane q of w01 = (word1 : word0) of block q, of w23 = (word3 : word2).
-  const __m256i w01 = _mm256_blend_epi32(c0, _mm256_slli_epi64(c1, 32), 0xAA);
-  const __m256i w23 = _mm256_blend_epi32(c2, _mm256_slli_epi64(c3, 32), 0xAA);
-  const __m256i b02 = _mm256_unpacklo_epi64(w01, w23);  // blocks 0 | 2
-  const __m256i b13 = _mm256_unpackhi_epi64(w01, w23);  // blocks 1 | 3
-  out_lo = _mm256_permute2x128_si256(b02, b13, 0x20);
-  out_hi = _mm256_permute2x128_si256(b02, b13, 0x31);
-}
-#endif
-
-//! Groups of 16 numbers computed together: independent Philox chains overlap their
-//! multiply latencies (AVX2 has 16 registers: two chains fit; AVX-512 has 32).
-inline constexpr unsigned philox_batch = GRADCODEC_CPU_LEVEL == 2   ? 4
-                                         : GRADCODEC_CPU_LEVEL == 1 ? 2
-                                                                    : 1;
-
-#if GRADCODEC_CPU_LEVEL >= 1
-//! K interleaved copies of philox16_blocks: numbers 4*b0 .. 4*b0 + 16K - 1.
+//! Numbers 4*b0 .. 4*b0 + 16K - 1 of the stream, 16 per pair of registers (out_lo[k]: the
+//! numbers 16k .. 16k+7, out_hi[k]: 16k+8 .. 16k+15). K independent chains overlap their
+//! multiply latencies.
 template <unsigned K>
 inline void philox16_blocks_k(const philox16_gen& g, std::uint64_t b0, __m256i* out_lo,
                               __m256i* out_hi) {
@@ -132,30 +95,11 @@ inline void philox16_blocks_k(const philox16_gen& g, std::uint64_t b0, __m256i* 
 }
 #endif
 
-//! out[k] lane j = rng.at(stream, i + 16k + j) for k < philox_batch, i a multiple of 4.
-inline void philox16_batch(const philox16_gen& g, std::uint64_t i, vu16* out) {
-#if GRADCODEC_CPU_LEVEL >= 1
-  __m256i lo[philox_batch], hi[philox_batch];
-  philox16_blocks_k<philox_batch>(g, i >> 2, lo, hi);
-  for (unsigned k = 0; k < philox_batch; ++k)
-#if GRADCODEC_CPU_LEVEL == 2
-    out[k] = {_mm512_inserti64x4(_mm512_castsi256_si512(lo[k]), hi[k], 1)};
-#else
-    out[k] = {lo[k], hi[k]};
-#endif
-#else
-  for (int q = 0; q < 4; ++q) {
-    const blocks::philox_block b = g.rng.block(g.stream, (i >> 2) + static_cast<std::uint64_t>(q));
-    for (int w = 0; w < 4; ++w) out[0].v[4 * q + w] = b.v[w];
-  }
-#endif
-}
-
 //! rng.at(stream, i + j) in lane j, for i a multiple of 4.
 inline vu16 philox16(const philox16_gen& g, std::uint64_t i) {
 #if GRADCODEC_CPU_LEVEL >= 1
   __m256i lo, hi;
-  philox16_blocks(g, i >> 2, lo, hi);
+  philox16_blocks_k<1>(g, i >> 2, &lo, &hi);
 #if GRADCODEC_CPU_LEVEL == 2
   return {_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)};
 #else
@@ -183,3 +127,33 @@ inline vu16 philox16_any(const philox16_gen& g, std::uint64_t i) {
 
 //! uniform01 of blocks/philox.hpp, lane-wise: (r >> 8) * 2^-24, exact.
 inline vf16 vuniform01(vu16 r) { return vto_f(vshr(r, 8)) * vset1(0x1p-24f); }
+
+//! Groups of 16 numbers that philox_uniforms draws per step. Eight chains keep the multiply
+//! units busy: drawn alone, 2^26 numbers took 37 ms with eight chains on the AVX2 VM, 41 ms
+//! with two and 49 ms with one (docs/performance.md, "Stochastic rounding").
+inline constexpr std::uint64_t philox_uniform_step = GRADCODEC_CPU_LEVEL >= 1 ? 8 : 1;
+
+//! u[16j + l] = uniform01(rng.at(stream, i + 16j + l)) for j < groups rounded up to a
+//! multiple of philox_uniform_step (u must hold that many), i a multiple of 4. Drawing a
+//! run of uniforms in a loop of its own leaves the Philox chains every register; the
+//! consumer reads them back from L1.
+inline void philox_uniforms(const philox16_gen& g, std::uint64_t i, std::uint64_t groups,
+                            float* u) {
+  for (std::uint64_t j = 0; j < groups; j += philox_uniform_step, u += 16 * philox_uniform_step) {
+#if GRADCODEC_CPU_LEVEL >= 1
+    constexpr unsigned K = philox_uniform_step;
+    __m256i lo[K], hi[K];
+    philox16_blocks_k<K>(g, (i + 16 * j) >> 2, lo, hi);
+    for (unsigned k = 0; k < K; ++k) {
+#if GRADCODEC_CPU_LEVEL == 2
+      const vu16 r{_mm512_inserti64x4(_mm512_castsi256_si512(lo[k]), hi[k], 1)};
+#else
+      const vu16 r{lo[k], hi[k]};
+#endif
+      vstore(u + 16 * k, vuniform01(r));
+    }
+#else
+    vstore(u, vuniform01(philox16(g, i + 16 * j)));
+#endif
+  }
+}

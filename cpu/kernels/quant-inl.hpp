@@ -433,6 +433,11 @@ inline void quant_store_group(const quant_out& o, std::uint64_t g, vu16 code) {
   }
 }
 
+//! Groups of 16 whose uniforms one philox_uniforms call draws ahead into a buffer on the
+//! stack (2 KiB); a multiple of philox_uniform_step. The default bucket of 512 is 32 groups.
+inline constexpr std::uint64_t quant_uniform_groups = 32;
+static_assert(quant_uniform_groups % philox_uniform_step == 0);
+
 template <unsigned Bits, bool Stochastic, bool Feedback, class K, class Src>
 inline bool quant_encode_task(const K& k, const Src& src, tensor_view residual,
                               const philox16_gen& rng, const quant_out& o, std::uint64_t b_begin,
@@ -450,7 +455,7 @@ inline bool quant_encode_task(const K& k, const Src& src, tensor_view residual,
     std::memcpy(o.payload + o.l.scales_offset + b * K::scales * 4, scale, sizeof scale);
     typename K::dec d{};
     if constexpr (Feedback) d = k.decode_params(scale);
-    // Full groups: quantize and pack (the uniforms of philox_batch groups at a time).
+    // Full groups: quantize and pack.
     const auto full = [&](std::uint64_t g, vf16 u) {
       const std::uint64_t base = g * 16;
       const vf16 v = src.load(base);
@@ -490,18 +495,17 @@ inline bool quant_encode_task(const K& k, const Src& src, tensor_view residual,
     };
     const std::uint64_t full_begin = (s + 15) / 16, full_end = e / 16;
     if (s % 16 != 0) partial(s / 16);
-    std::uint64_t g = full_begin;
-    if constexpr (Stochastic) {
-      if (!q.trivial) {
-        for (; g + philox_batch <= full_end; g += philox_batch) {
-          vu16 r[philox_batch];
-          philox16_batch(rng, 16 * g, r);
-          for (unsigned j = 0; j < philox_batch; ++j) full(g + j, vuniform01(r[j]));
-        }
+    if (Stochastic && !q.trivial) {
+      // The uniforms of up to quant_uniform_groups groups are drawn ahead (philox_uniforms).
+      alignas(64) float u[16 * quant_uniform_groups];
+      for (std::uint64_t g = full_begin; g < full_end; g += quant_uniform_groups) {
+        const std::uint64_t cnt = std::min(quant_uniform_groups, full_end - g);
+        philox_uniforms(rng, 16 * g, cnt, u);
+        for (std::uint64_t j = 0; j < cnt; ++j) full(g + j, vload(u + 16 * j));
       }
+    } else {
+      for (std::uint64_t g = full_begin; g < full_end; ++g) full(g, vzero());
     }
-    for (; g < full_end; ++g)
-      full(g, Stochastic && !q.trivial ? vuniform01(philox16(rng, 16 * g)) : vzero());
     // The tail group, unless it was the head group (a bucket inside one group).
     if (e % 16 != 0 && (s % 16 == 0 || e / 16 != s / 16)) partial(e / 16);
   }
