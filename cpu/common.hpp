@@ -19,6 +19,7 @@
 #include "../src/powersgd_kernels.hpp"
 #include "../src/scalar_values.hpp"
 #include "gradcodec/blocks/float16.hpp"
+#include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/blocks/pairwise.hpp"
 #include "gradcodec/blocks/philox.hpp"

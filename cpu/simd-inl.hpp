@@ -448,6 +448,31 @@ GRADCODEC_VINLINE vf16 vcanonical_nan(vf16 a) {
   return vfrombits(vselect_nan(a, vset1u(detail::canonical_nan_bits), vbits(a)));
 }
 
+//! a + b lane-wise, with blocks::fadd_nan_first's NaN: a NaN a, quieted, even when b is a NaN
+//! too. An x86 add returns its first source's NaN when both are NaN, but a compiler may swap
+//! the operands of a commutative add (GCC 12 did, in some error-feedback loops), so the
+//! order is pinned with one vaddps in inline assembly.
+#if GRADCODEC_CPU_LEVEL == 2
+GRADCODEC_VINLINE vf16 vadd_nan_first(vf16 a, vf16 b) {
+  __m512 r;
+  asm("vaddps %2, %1, %0" : "=v"(r) : "v"(a.v), "v"(b.v));
+  return {r};
+}
+#elif GRADCODEC_CPU_LEVEL == 1
+GRADCODEC_VINLINE vf16 vadd_nan_first(vf16 a, vf16 b) {
+  __m256 lo, hi;
+  asm("vaddps %2, %1, %0" : "=x"(lo) : "x"(a.lo), "x"(b.lo));
+  asm("vaddps %2, %1, %0" : "=x"(hi) : "x"(a.hi), "x"(b.hi));
+  return {lo, hi};
+}
+#else
+GRADCODEC_VINLINE vf16 vadd_nan_first(vf16 a, vf16 b) {
+  vf16 r;
+  for (int j = 0; j < 16; ++j) r.v[j] = blocks::fadd_nan_first(a.v[j], b.v[j]);
+  return r;
+}
+#endif
+
 //! bf16 widening is exact: the 16 bits become the top of an f32.
 GRADCODEC_VINLINE vf16 vload_bf16(const std::uint16_t* p) {
   return vfrombits(vshl(vload_u16(p), 16));

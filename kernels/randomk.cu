@@ -52,7 +52,8 @@ __global__ void randomk_encode_kernel(randomk_shape f, const void* in, dtype in_
     float v = load_value(in, in_type, s.index);
     if (residual != nullptr) v = blocks::fadd_nan_first(v, load_value(residual, res_type, s.index));
     bad |= !blocks::is_finite(v);
-    const float x = f.unbiased ? blocks::fmul(v, static_cast<float>(s.size)) : v;
+    // x86 keeps a NaN's payload through the product, a GPU would not.
+    const float x = f.unbiased ? blocks::fmul_nan_first(v, static_cast<float>(s.size)) : v;
     put_wire(values, f.wire, j, x);
     if (residual == nullptr) continue;
     const float sent = blocks::canonicalize_nan(get_wire(values, f.wire, j));

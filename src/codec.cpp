@@ -13,6 +13,7 @@
 #include "backend.hpp"
 #include "gradcodec/blocks/expected_header.hpp"
 #include "gradcodec/blocks/float16.hpp"
+#include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/powersgd.hpp"
 
@@ -109,6 +110,9 @@ status check_view(const_tensor_view v, std::string_view what) {
     return invalid(std::string(what).append(": unknown dtype"));
   if (v.n > max_elements) return invalid(std::string(what).append(": more than 2^48 elements"));
   if (v.n > 0 && v.data == nullptr) return invalid(std::string(what).append(": null data"));
+  // Elements are loaded whole: a GPU faults on a misaligned load, and C++ requires alignment.
+  if (reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.type) != 0)
+    return invalid(std::string(what).append(": data not aligned to its element size"));
   if (v.rows > 0 && v.n % v.rows != 0)
     return invalid(std::string(what).append(": rows do not divide n"));
   return {};
@@ -598,7 +602,8 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
   // Generic composition: p = g + e; encode p; d = decode; e = p - d.
   auto* p = reinterpret_cast<float*>(ws.take(grad.n * 4));
   auto* d = reinterpret_cast<float*>(ws.take(grad.n * 4));
-  for (std::uint64_t i = 0; i < grad.n; ++i) p[i] = load(grad, i) + load(residual, i);
+  for (std::uint64_t i = 0; i < grad.n; ++i)
+    p[i] = blocks::fadd_nan_first(load(grad, i), load(residual, i));
   const const_tensor_view pv{p, grad.n, dtype::f32, grad.rows};
   detail::encode_call call{
       spec,      ctx, pv,          grad.type, out.data() + header_bytes, out.size() - header_bytes,

@@ -16,6 +16,7 @@
 
 #include "../reference/common.hpp"
 #include "backend.hpp"
+#include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/frame.hpp"
 #include "powersgd_kernels.hpp"
 
@@ -115,7 +116,8 @@ bool scalar_nonfinite_sum(const_tensor_view grad, const float* residual) {
 
 void scalar_compute_p(const_tensor_view grad, float* residual, const float* q, float* p,
                       std::uint64_t rows, std::uint64_t cols, std::uint32_t r) {
-  for (std::uint64_t k = 0; k < grad.n; ++k) residual[k] = residual[k] + reference::load(grad, k);
+  for (std::uint64_t k = 0; k < grad.n; ++k)
+    residual[k] = blocks::fadd_nan_first(residual[k], reference::load(grad, k));
   const float* m = residual;
   for (std::uint64_t i = 0; i < rows; ++i)
     for (std::uint32_t c = 0; c < r; ++c)

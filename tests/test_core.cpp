@@ -7,12 +7,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "../reference/common.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/philox.hpp"
 #include "gradcodec/gradcodec.hpp"
-#include "../reference/common.hpp"
 
 namespace gc = gradcodec;
 
@@ -44,14 +45,14 @@ TEST(Spec, RejectsBadInputWithClearMessages) {
     const char* needle;
   };
   for (const auto& b : std::array<bad_case, 9>{{{"nosuch", "unknown codec 'nosuch'"},
-                                                 {"topk:ration=0.1", "unknown key 'ration'"},
-                                                 {"topk:ratio=2", "ratio must be in (0, 1]"},
-                                                 {"topk:ratio=abc", "bad value 'abc'"},
-                                                 {"qsgd:levels=0", "levels must be in 1..127"},
-                                                 {"minmax:bits=9", "bits must be in 1..8"},
-                                                 {"topk:", "empty parameter list"},
-                                                 {"topk:ratio", "expected key=value"},
-                                                 {"sign:scale=huge", "bad value 'huge'"}}}) {
+                                                {"topk:ration=0.1", "unknown key 'ration'"},
+                                                {"topk:ratio=2", "ratio must be in (0, 1]"},
+                                                {"topk:ratio=abc", "bad value 'abc'"},
+                                                {"qsgd:levels=0", "levels must be in 1..127"},
+                                                {"minmax:bits=9", "bits must be in 1..8"},
+                                                {"topk:", "empty parameter list"},
+                                                {"topk:ratio", "expected key=value"},
+                                                {"sign:scale=huge", "bad value 'huge'"}}}) {
     auto s = gc::parse_spec(b.text);
     ASSERT_FALSE(s.ok()) << b.text;
     EXPECT_EQ(s.error().code(), gc::status_code::invalid_spec);
@@ -88,7 +89,8 @@ TEST(Frame, RejectsTruncatedAndWrongVersion) {
   h.payload_bytes = gc::expected_payload_bytes(h).value();
   std::array<std::byte, gc::header_bytes> buf{};
   gc::write_header(h, buf.data());
-  EXPECT_EQ(gc::peek(gc::const_bytes(buf.data(), 47)).error().code(), gc::status_code::corrupt_frame);
+  EXPECT_EQ(gc::peek(gc::const_bytes(buf.data(), 47)).error().code(),
+            gc::status_code::corrupt_frame);
   h.version = 2;
   gc::write_header(h, buf.data());
   EXPECT_EQ(gc::peek(buf).error().code(), gc::status_code::unsupported_version);
@@ -155,8 +157,9 @@ TEST(CanonicalSum, StackFormEqualsLevelByLevelDefinition) {
     state = state * 1664525u + 1013904223u;
     x = static_cast<float>(static_cast<std::int32_t>(state)) * 1e-7f;
   }
-  for (std::size_t len : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{256}, std::size_t{257},
-                          std::size_t{256 * 3}, std::size_t{256 * 5 + 1}, std::size_t{256 * 7}, v.size()}) {
+  for (std::size_t len :
+       {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{256}, std::size_t{257},
+        std::size_t{256 * 3}, std::size_t{256 * 5 + 1}, std::size_t{256 * 7}, v.size()}) {
     std::vector<float> chunks;
     for (std::size_t c0 = 0; c0 < len; c0 += 256) {
       float lane[16] = {};
@@ -167,12 +170,14 @@ TEST(CanonicalSum, StackFormEqualsLevelByLevelDefinition) {
     }
     while (chunks.size() > 1) {
       std::vector<float> next;
-      for (std::size_t j = 0; j + 1 < chunks.size(); j += 2) next.push_back(chunks[j] + chunks[j + 1]);
+      for (std::size_t j = 0; j + 1 < chunks.size(); j += 2)
+        next.push_back(chunks[j] + chunks[j + 1]);
       if (chunks.size() % 2) next.push_back(chunks.back());
       chunks = next;
     }
     const float want = chunks.empty() ? 0.0f : chunks[0];
-    const float got = gradcodec::reference::canonical_sum(len, [&](std::uint64_t i) { return v[i]; });
+    const float got =
+        gradcodec::reference::canonical_sum(len, [&](std::uint64_t i) { return v[i]; });
     EXPECT_EQ(std::memcmp(&want, &got, 4), 0) << "len " << len;
   }
 }
@@ -188,9 +193,42 @@ TEST(Codec, CastRoundTripAndHeader) {
     std::vector<float> y(x.size());
     ASSERT_TRUE(gc::decode(gc::const_bytes(out.data(), n.value()), gc::view(y)).ok());
     for (std::size_t i = 0; i < x.size(); ++i) {
-      const float want = id == gc::codec_id::fp16 ? gradcodec::blocks::f16_to_f32(gradcodec::blocks::f32_to_f16(x[i]))
-                                                   : gradcodec::blocks::bf16_to_f32(gradcodec::blocks::f32_to_bf16(x[i]));
+      const float want = id == gc::codec_id::fp16
+                             ? gradcodec::blocks::f16_to_f32(gradcodec::blocks::f32_to_f16(x[i]))
+                             : gradcodec::blocks::bf16_to_f32(gradcodec::blocks::f32_to_bf16(x[i]));
       EXPECT_EQ(std::memcmp(&want, &y[i], 4), 0) << i;
     }
   }
+}
+
+// A tensor whose data is not aligned to its element size is refused before anything is read
+// or written (a GPU would fault on it): input, output and residual, every dtype.
+TEST(Codec, RejectsTensorsNotAlignedToTheirElementSize) {
+  const auto spec = gc::make_spec(gc::codec_id::fp16);
+  alignas(8) std::array<std::byte, 64> in{}, out{}, res{};
+  std::vector<std::byte> frame(gc::encode_bound(spec, 8));
+  const gc::const_tensor_view good{in.data(), 8, gc::dtype::f32};
+  auto n = gc::encode(spec, {}, good, frame);
+  ASSERT_TRUE(n.ok()) << n.error().message();
+  for (auto t : {gc::dtype::f32, gc::dtype::f16, gc::dtype::bf16})
+    for (std::size_t off = 1; off < gc::dtype_size(t); ++off) {
+      SCOPED_TRACE(std::string(gc::dtype_name(t)) + " +" + std::to_string(off));
+      const gc::const_tensor_view bad_in{in.data() + off, 8, t};
+      auto e = gc::encode(spec, {}, bad_in, frame);
+      ASSERT_FALSE(e.ok());
+      EXPECT_EQ(e.error().code(), gc::status_code::invalid_argument);
+      EXPECT_NE(std::string(e.error().message()).find("aligned"), std::string::npos)
+          << e.error().message();
+
+      const gc::tensor_view bad_out{out.data() + off, 8, t};
+      const auto d = gc::decode(gc::const_bytes(frame.data(), n.value()), bad_out);
+      EXPECT_EQ(d.code(), gc::status_code::invalid_argument);
+      for (auto b : out) ASSERT_EQ(b, std::byte{0});
+
+      const gc::tensor_view bad_res{res.data() + off, 8, t};
+      auto f = gc::encode_with_feedback(spec, {}, good, bad_res, frame);
+      ASSERT_FALSE(f.ok());
+      EXPECT_EQ(f.error().code(), gc::status_code::invalid_argument);
+      for (auto b : res) ASSERT_EQ(b, std::byte{0});
+    }
 }

@@ -93,6 +93,29 @@ TEST_P(CpuMatchesReference, FusedFeedbackEqualsGenericComposition) {
   }
 }
 
+// NaNs with different signs and payloads, signalling ones among them, in the gradient and in
+// the residual, at some elements in both: the CPU puts the reference's NaN bits on the wire
+// and in the residual (docs/guarantees.md: the first NaN operand of g + e wins, quieted).
+TEST_P(CpuMatchesReference, NaNPayloadsKeepTheReferenceBits) {
+  const auto spec = gc::parse_spec(GetParam().spec).value();
+  const gc::context ctx{3, 5, 8};
+  for (std::uint64_t n : {7ull, 4097ull}) {
+    const std::uint64_t rows = n == 4097 ? 17 : n;
+    for (auto type : {gc::dtype::f32, gc::dtype::f16, gc::dtype::bf16})
+      for (int threads : {1, 2}) {
+        const tensor x(with_nan_payloads(n, n + 1, 3), type, rows);
+        expect_cpu_matches_reference(GetParam().spec, ctx, x, threads, {gc::dtype::f32}, 0.5f);
+        if (HasFatalFailure()) return;
+      }
+    for (const auto& [gt, et] : gc::test::kFeedbackTypes) {
+      const tensor g(with_nan_payloads(n, n + 2, 3), gt, rows);
+      const tensor e0(with_nan_payloads(n, n + 3, 5, 0, 0.25f), et, rows);
+      expect_cpu_feedback_matches_reference(spec, ctx, g, e0);
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllIsas, CpuMatchesReference, testing::ValuesIn(all_params()), name_of);
 
 TEST(CpuIsa, SelectionAndNames) {

@@ -19,7 +19,8 @@ inline void cast_range(const detail::encode_call& c, tensor_view res, std::uint6
     const unsigned r = end - i >= 16 ? 16u : static_cast<unsigned>(end - i);
     vf16 p = r == 16 ? vload_any(c.in.data, c.in.type, i) : vload_any_n(c.in.data, c.in.type, i, r);
     if constexpr (Feedback)
-      p = p + (r == 16 ? vload_any(res.data, res.type, i) : vload_any_n(res.data, res.type, i, r));
+      p = vadd_nan_first(
+          p, r == 16 ? vload_any(res.data, res.type, i) : vload_any_n(res.data, res.type, i, r));
     bad |= vnonfinite(p);
     if (r < 16) {
       vstore_any_n(out, half, i, p, r);

@@ -167,7 +167,7 @@ struct psgd_src_sum {
   GRADCODEC_PSGD_INLINE vf16 load(std::uint64_t row, std::uint64_t j, unsigned cnt) const {
     const std::uint64_t k = row * cols + j;
     const vf16 gv = psgd_load_any(g, gt, k, cnt), ev = psgd_load_any(e, et, k, cnt);
-    return e_first ? ev + gv : gv + ev;
+    return e_first ? vadd_nan_first(ev, gv) : vadd_nan_first(gv, ev);
   }
   GRADCODEC_PSGD_INLINE void prefetch(std::uint64_t row, std::uint64_t j) const {
     psgd_prefetch(g, gt, row * cols + j);
@@ -902,7 +902,7 @@ inline status psgd_encode_dense(const detail::encode_call& c, const psgd_shape& 
       const auto cnt = static_cast<unsigned>(std::min<std::uint64_t>(16, end - i));
       vf16 v = psgd_load_any(c.in.data, c.in.type, i, cnt);
       if (residual.data != nullptr) {
-        v = v + psgd_load_any(residual.data, residual.type, i, cnt);
+        v = vadd_nan_first(v, psgd_load_any(residual.data, residual.type, i, cnt));
         psgd_store_any(residual.data, residual.type, i, v - v, cnt);
       }
       bad |= vnonfinite(v);

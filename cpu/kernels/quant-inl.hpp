@@ -80,9 +80,11 @@ struct quant_feedback_input {
     quant_prefetch(g, gt, i);
     quant_prefetch(e, et, i);
   }
-  vf16 load(std::uint64_t i) const { return quant_vload(g, gt, i) + quant_vload(e, et, i); }
+  vf16 load(std::uint64_t i) const {
+    return vadd_nan_first(quant_vload(g, gt, i), quant_vload(e, et, i));
+  }
   vf16 load_n(std::uint64_t i, unsigned cnt) const {
-    return vload_any_n(g, gt, i, cnt) + vload_any_n(e, et, i, cnt);
+    return vadd_nan_first(vload_any_n(g, gt, i, cnt), vload_any_n(e, et, i, cnt));
   }
 };
 

@@ -73,15 +73,15 @@ struct psource {
 
   vf16 load(std::uint64_t i) const {
     const vf16 v = vload_any(g, tg, i);
-    return e ? v + vload_any(e, te, i) : v;
+    return e ? vadd_nan_first(v, vload_any(e, te, i)) : v;
   }
   vf16 load_n(std::uint64_t i, unsigned r) const {
     const vf16 v = vload_any_n(g, tg, i, r);
-    return e ? v + vload_any_n(e, te, i, r) : v;
+    return e ? vadd_nan_first(v, vload_any_n(e, te, i, r)) : v;
   }
   float load1(std::uint64_t i) const {
     const float v = load_value(g, tg, i);
-    return e ? v + load_value(e, te, i) : v;
+    return e ? blocks::fadd_nan_first(v, load_value(e, te, i)) : v;
   }
 };
 
@@ -103,20 +103,20 @@ struct typed_source {
 
   vf16 load(std::uint64_t i) const {
     if constexpr (HasE)
-      return tload<G>(g, i) + tload<E>(e, i);
+      return vadd_nan_first(tload<G>(g, i), tload<E>(e, i));
     else
       return tload<G>(g, i);
   }
   vf16 load_n(std::uint64_t i, unsigned r) const {
     const vf16 v = vload_any_n(g, G, i, r);
     if constexpr (HasE)
-      return v + vload_any_n(e, E, i, r);
+      return vadd_nan_first(v, vload_any_n(e, E, i, r));
     else
       return v;
   }
   float load1(std::uint64_t i) const {
     if constexpr (HasE)
-      return load_value(g, G, i) + load_value(e, E, i);
+      return blocks::fadd_nan_first(load_value(g, G, i), load_value(e, E, i));
     else
       return load_value(g, G, i);
   }

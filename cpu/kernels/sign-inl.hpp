@@ -60,9 +60,11 @@ template <dtype G, dtype E>
 struct sign_feedback_input {
   const void* g;
   const void* e;
-  vf16 load(std::uint64_t i) const { return vload_typed<G>(g, i) + vload_typed<E>(e, i); }
+  vf16 load(std::uint64_t i) const {
+    return vadd_nan_first(vload_typed<G>(g, i), vload_typed<E>(e, i));
+  }
   vf16 load_n(std::uint64_t i, unsigned cnt) const {
-    return vload_typed_n<G>(g, i, cnt) + vload_typed_n<E>(e, i, cnt);
+    return vadd_nan_first(vload_typed_n<G>(g, i, cnt), vload_typed_n<E>(e, i, cnt));
   }
   void prefetch(std::uint64_t i) const {
     sign_prefetch<G>(g, i);

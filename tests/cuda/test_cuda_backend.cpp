@@ -101,13 +101,16 @@ std::size_t workspace_for(const gc::codec_spec& spec, const tensor& t, gc::opera
   return gc::workspace_size(spec, t.cview(), op, o).value();
 }
 
-//! One spec, dtype and size: encode, decode, decode-accumulate and error feedback.
-void check_case(const char* text, gc::dtype type, std::size_t n) {
+//! One spec, dtype and input: encode, decode, decode-accumulate and error feedback (with the
+//! residual `e`, of the input's size).
+void check_case(const char* text, gc::dtype type, const std::vector<float>& values,
+                const std::vector<float>& e) {
+  const std::size_t n = values.size();
   SCOPED_TRACE(std::string(text) + " " + std::string(gc::dtype_name(type)) +
                " n=" + std::to_string(n));
   const gc::codec_spec spec = gc::parse_spec(text).value();
   const gc::context ctx{42, 9, 3};
-  const tensor x(cached(true, n, n * 7 + 1), type, rows_for(spec, n));
+  const tensor x(values, type, rows_for(spec, n));
   const auto want = encode_vec(spec, ctx, x.cview()).value();
 
   device_bytes d_x(x.bytes);
@@ -152,7 +155,7 @@ void check_case(const char* text, gc::dtype type, std::size_t n) {
     }
 
   // fused error feedback: frame and residual
-  tensor res_want(cached(false, n, n + 9, 0.01f), type, x.rows);
+  tensor res_want(e, type, x.rows);
   device_bytes d_res(res_want.bytes);
   // Sized for the reference itself: it has no fused feedback, so its generic composition
   // needs more than the CPU backend that an automatic query would pick.
@@ -180,6 +183,11 @@ void check_case(const char* text, gc::dtype type, std::size_t n) {
       << "EF residual differs";
 }
 
+//! check_case on the stress data of size n, with a small Gaussian residual.
+void check_case(const char* text, gc::dtype type, std::size_t n) {
+  check_case(text, type, cached(true, n, n * 7 + 1), cached(false, n, n + 9, 0.01f));
+}
+
 }  // namespace
 
 TEST(CudaBackend, EveryCodecMatchesTheReference) {
@@ -189,6 +197,18 @@ TEST(CudaBackend, EveryCodecMatchesTheReference) {
       for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{4097},
                             (std::size_t{1} << 20) + 3})
         if (n <= max_n()) check_case(text, type, n);
+}
+
+// NaNs of every sign and payload, signalling ones too, in the input and in the residual (in
+// both at some elements): the device writes the reference's NaN bits on the wire and into the
+// residual, where its own arithmetic would make one fixed NaN.
+TEST(CudaBackend, NaNPayloadsKeepTheReferenceBits) {
+  SKIP_WITHOUT_GPU();
+  for (const char* text : kSpecs)
+    for (auto type : {gc::dtype::f32, gc::dtype::f16, gc::dtype::bf16})
+      for (std::size_t n : {std::size_t{7}, std::size_t{4097}})
+        check_case(text, type, with_nan_payloads(n, n + 1, 3),
+                   with_nan_payloads(n, n + 2, 5, 0, 0.25f));
 }
 
 TEST(CudaBackend, LargeTensorMatchesTheReference) {

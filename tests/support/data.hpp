@@ -46,6 +46,23 @@ inline std::vector<float> with_extremes(std::size_t n, std::uint64_t seed, std::
   return v;
 }
 
+//! gaussian() with every `every`-th element (from `first`) a NaN: signs, payloads, quiet and
+//! signalling all vary, so a backend that lets another NaN win, or makes its own, differs
+//! from the reference in the bytes. Every 7th of those is +-Inf instead.
+inline std::vector<float> with_nan_payloads(std::size_t n, std::uint64_t seed, std::size_t every,
+                                            std::size_t first = 0, float scale = 1.0f) {
+  auto v = gaussian(n, seed, scale);
+  std::uint32_t payload = static_cast<std::uint32_t>(seed) * 2654435761u;
+  for (std::size_t i = first, j = 0; i < n; i += every, ++j) {
+    payload = payload * 1664525u + 1013904223u;
+    // Sign from bit 31, quiet bit from bit 22, a payload that is never zero.
+    std::uint32_t bits = (payload & 0x80400000u) | 0x7F800000u | ((payload >> 9) & 0x3FFFFFu) | 1u;
+    if (j % 7 == 6) bits = (payload & 0x80000000u) | 0x7F800000u;
+    std::memcpy(&v[i], &bits, 4);
+  }
+  return v;
+}
+
 //! A tensor of n elements held in a byte vector, in any dtype.
 struct tensor {
   dtype type = dtype::f32;

@@ -81,11 +81,11 @@ inline constexpr std::uint32_t canonical_nan_bits = 0x7FC00000u;
 GRADCODEC_HD float canonical_nan() { return bits_float(canonical_nan_bits); }
 GRADCODEC_HD float canonicalize_nan(float a) { return is_nan(a) ? canonical_nan() : a; }
 
-//! a + b and a - b that return, when an operand is NaN, the NaN an x86 SSE/AVX add returns:
-//! the first NaN operand, quieted, and for Inf - Inf the "indefinite" 0xFFC00000. GPUs
-//! return one fixed NaN instead; error-feedback sums
-//! (p = g + e) and residuals (e = p - d) use these so their bits, and the wire bytes of a
-//! cast of p, are the same on every backend.
+//! a + b, a - b and a * b that return, when an operand is NaN, the NaN an x86 SSE/AVX
+//! operation returns: the first NaN operand, quieted, and for Inf - Inf or 0 * Inf the
+//! "indefinite" 0xFFC00000. GPUs return one fixed NaN instead; error-feedback sums
+//! (p = g + e), residuals (e = p - d) and values scaled onto the wire (unbiased random-k)
+//! use these so their bits, and the wire bytes, are the same on every backend.
 GRADCODEC_HD float quiet(float a) { return bits_float(float_bits(a) | 0x00400000u); }
 GRADCODEC_HD float fadd_nan_first(float a, float b) {
   if (is_nan(a)) return quiet(a);
@@ -97,6 +97,12 @@ GRADCODEC_HD float fsub_nan_first(float a, float b) {
   if (is_nan(a)) return quiet(a);
   if (is_nan(b)) return quiet(b);
   const float r = fsub(a, b);
+  return is_nan(r) ? bits_float(0xFFC00000u) : r;
+}
+GRADCODEC_HD float fmul_nan_first(float a, float b) {
+  if (is_nan(a)) return quiet(a);
+  if (is_nan(b)) return quiet(b);
+  const float r = fmul(a, b);
   return is_nan(r) ? bits_float(0xFFC00000u) : r;
 }
 
