@@ -203,7 +203,10 @@ struct sparse_frame {
     count = k;
     if (verdict != nullptr) {
       unsigned code = 0;
-      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(code) : "l"(&verdict->code));
+      // ld.global takes a global-space address: the generic one converted, as PTX requires.
+      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
+                   : "=r"(code)
+                   : "l"(__cvta_generic_to_global(&verdict->code)));
       if (code != 0) return false;
       count = verdict->count;
     }

@@ -301,6 +301,14 @@ def test_decode_against_an_expected_header():
         gc.decode_expected(expected, other, out, np.zeros(8, dtype=np.uint8))
 
 
+def test_misaligned_array_is_refused():
+    # numpy allows an f32 array at an odd byte offset; the library refuses it before reading
+    x = np.frombuffer(bytearray(4 * 9), dtype=np.float32, offset=2, count=8)
+    assert not x.flags.aligned
+    err = expect_error(gc.StatusCode.invalid_argument, gc.encode, "fp16", x)
+    assert "aligned" in str(err)
+
+
 def test_wrong_shapes_dtypes_and_buffers():
     x = grad(1000)
     frame = gc.encode("qsgd", x)
