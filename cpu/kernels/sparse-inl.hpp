@@ -420,11 +420,12 @@ struct strata_batch {
   std::uint64_t index[16], size[16];
 };
 
-//! Batches drawn ahead of the one being processed. Each draw prefetches its 16 indices, so
-//! about 16 * strata_ahead cache-line fetches are in flight, issued a few at a time: one
-//! burst of 64 prefetches (the earlier design) stalled on the core's miss buffers and
-//! left them idle while the batch was processed.
-inline constexpr unsigned strata_ahead = 3;
+//! Batches drawn ahead of the one being processed. The callers prefetch each drawn index into
+//! L2 (prefetcht2: the L2 tracks more misses than the L1, whose miss buffers a prefetcht0
+//! of this many lines fills and stalls on), so about 16 * strata_ahead fetches are in
+//! flight. On Zen 4, 2^26 elements at 1 %: 12.2 ms with prefetcht0 three batches ahead,
+//! 7-8 ms with prefetcht2 eight ahead (docs/performance.md).
+inline constexpr unsigned strata_ahead = 8;
 
 //! Strata [j0, j1) in batches of 16 (j0 a multiple of 16, for philox16): fn(batch) for
 //! each. Batches are drawn strata_ahead ahead of fn, and touch(index) called for the
@@ -486,47 +487,60 @@ inline status randomk_run(const detail::encode_call& c, const psource& source, t
   const philox16_gen g = philox16_make(rng, blocks::rng_stream::selection);
   const std::uint64_t per = randomk_task_strata(n, k, res.data != nullptr);
   const std::uint64_t tasks = blocks::ceil_div(k, per);
-  // Prefetch targets of the sent values: the input, and the residual under feedback.
   const auto* gp = static_cast<const char*>(source.g);
-  const auto* ep = static_cast<const char*>(source.e);
-  const std::uint64_t gs = dtype_size(source.tg), es = dtype_size(source.te);
-  auto touch = [&](std::uint64_t i) {
-    __builtin_prefetch(gp + i * gs);
-    if (ep) __builtin_prefetch(ep + i * es);
-  };
+  const std::uint64_t gs = dtype_size(source.tg);
+  auto touch = [&](std::uint64_t i) { __builtin_prefetch(gp + i * gs, 0, 1); };
   std::atomic<bool> bad{false};
+  // The value sent for stratum j (v at its chosen index): x to the payload, v - decoded(x)
+  // is what error feedback keeps there.
+  auto send = [&](std::uint64_t j, float v, std::uint64_t size) {
+    const float x = unbiased ? v * static_cast<float>(size) : v;
+    put_value(values + j * vsize, wire, x);
+    return v - wire_roundtrip(x, wire);
+  };
   visit_source(source, [&](const auto& src) {
     parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
       const std::uint64_t j0 = t * per, j1 = std::min(k, j0 + per);
       bool nonfinite = false;
       std::uint64_t j = j0;
-      randomk_strata(g, n, k, j0, j1, touch, [&](const strata_batch& bt) {
-        float resid[16];
-        for (unsigned q = 0; q < bt.count; ++q, ++j) {
-          const float v = src.load1(bt.index[q]);
-          nonfinite |= !std::isfinite(v);
-          const float x = unbiased ? v * static_cast<float>(bt.size[q]) : v;
-          put_value(values + j * vsize, wire, x);
-          resid[q] = v - wire_roundtrip(x, wire);
-        }
-        if (!res.data) return;
-        // The residual of the batch's elements: p, and p - decoded at the sent ones.
-        unsigned q = 0;
-        for (std::uint64_t i = bt.first; i < bt.end; i += 16) {
-          const unsigned r = bt.end - i >= 16 ? 16u : static_cast<unsigned>(bt.end - i);
-          vf16 p = r == 16 ? src.load(i) : src.load_n(i, r);
-          if (q < bt.count && bt.index[q] < i + r) {
-            float lanes[16];
-            vstore(lanes, p);
-            for (; q < bt.count && bt.index[q] < i + r; ++q) lanes[bt.index[q] - i] = resid[q];
-            p = vload(lanes);
+      if (!res.data) {
+        // Only the k sent values are read, each prefetched a few batches ahead.
+        randomk_strata(g, n, k, j0, j1, touch, [&](const strata_batch& bt) {
+          for (unsigned q = 0; q < bt.count; ++q, ++j) {
+            const float v = src.load1(bt.index[q]);
+            nonfinite |= !std::isfinite(v);
+            send(j, v, bt.size[q]);
           }
-          if (r == 16)
-            vstore_any(res.data, res.type, i, p);
-          else
-            vstore_any_n(res.data, res.type, i, p, r);
-        }
-      });
+        });
+      } else {
+        // Error feedback streams every element (p, or p - decoded at the sent ones) and takes
+        // the sent values from the stream, prefetched ahead by hand (without, this loop ran at
+        // half the speed of the other codecs' error feedback: docs/performance.md).
+        const auto no_touch = [](std::uint64_t) {};
+        randomk_strata(g, n, k, j0, j1, no_touch, [&](const strata_batch& bt) {
+          unsigned q = 0;
+          for (std::uint64_t i = bt.first; i < bt.end; i += 16) {
+            const unsigned r = bt.end - i >= 16 ? 16u : static_cast<unsigned>(bt.end - i);
+            quant_prefetch(source.g, source.tg, i + quant_prefetch_ahead);
+            quant_prefetch(source.e, source.te, i + quant_prefetch_ahead);
+            vf16 p = r == 16 ? src.load(i) : src.load_n(i, r);
+            if (q < bt.count && bt.index[q] < i + r) {
+              float lanes[16];
+              vstore(lanes, p);
+              for (; q < bt.count && bt.index[q] < i + r; ++q, ++j) {
+                float& v = lanes[bt.index[q] - i];
+                nonfinite |= !std::isfinite(v);
+                v = send(j, v, bt.size[q]);
+              }
+              p = vload(lanes);
+            }
+            if (r == 16)
+              vstore_any(res.data, res.type, i, p);
+            else
+              vstore_any_n(res.data, res.type, i, p, r);
+          }
+        });
+      }
       if (nonfinite) bad.store(true, std::memory_order_relaxed);
     });
   });
@@ -563,8 +577,8 @@ inline status randomk_decode(const detail::decode_call& c) {
   const philox16_gen g = philox16_make(rng, blocks::rng_stream::selection);
   const std::uint64_t per = randomk_task_strata(n, k, !c.accumulate);
   const std::uint64_t tasks = blocks::ceil_div(k, per);
-  auto touch = [&](std::uint64_t i) {
-    if (c.accumulate) __builtin_prefetch(out + i * osize, 1);
+  auto touch = [&](std::uint64_t i) {  // into L2, as in randomk_run (see strata_ahead)
+    if (c.accumulate) __builtin_prefetch(out + i * osize, 0, 1);
   };
   parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
     const std::uint64_t j0 = t * per, j1 = std::min(k, j0 + per);
