@@ -472,6 +472,11 @@ inline std::uint64_t randomk_task_strata(std::uint64_t n, std::uint64_t k, bool 
 
 inline std::size_t randomk_workspace(const codec_spec&, const_tensor_view, operation) { return 0; }
 
+//! Elements the error-feedback stream prefetches ahead of itself, into L1 (locality 3): for
+//! this plain stream that beat the quantizers' four buckets into L2 (AVX-512 on Zen 4, 1 %:
+//! 42-44 against 44-53 ms).
+inline constexpr std::uint64_t randomk_stream_ahead = 1024;
+
 inline status randomk_run(const detail::encode_call& c, const psource& source, tensor_view res) {
   const std::uint64_t n = c.in.n, k = sparse_count(c.spec, n);
   const dtype wire = c.wire;
@@ -521,8 +526,8 @@ inline status randomk_run(const detail::encode_call& c, const psource& source, t
           unsigned q = 0;
           for (std::uint64_t i = bt.first; i < bt.end; i += 16) {
             const unsigned r = bt.end - i >= 16 ? 16u : static_cast<unsigned>(bt.end - i);
-            quant_prefetch(source.g, source.tg, i + quant_prefetch_ahead);
-            quant_prefetch(source.e, source.te, i + quant_prefetch_ahead);
+            quant_prefetch<3>(source.g, source.tg, i + randomk_stream_ahead);
+            quant_prefetch<3>(source.e, source.te, i + randomk_stream_ahead);
             vf16 p = r == 16 ? src.load(i) : src.load_n(i, r);
             if (q < bt.count && bt.index[q] < i + r) {
               float lanes[16];
