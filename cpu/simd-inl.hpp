@@ -635,6 +635,15 @@ GRADCODEC_VINLINE void vstream_fence() {}
 #endif
 
 // ---- Loads and stores of a dtype fixed at compile time -------------------------------
+//! Prefetches element i of a tensor of dtype t; Locality as in __builtin_prefetch (1: into
+//! L2, 3: into L1). Integer arithmetic: the address may lie past the end (a prefetch never
+//! faults).
+template <int Locality>
+GRADCODEC_VINLINE void prefetch_element(const void* base, dtype t, std::uint64_t i) {
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(base) + i * dtype_size(t);
+  __builtin_prefetch(reinterpret_cast<const void*>(at), 0, Locality);
+}
+
 // The same values as vload_any / vstore_any, without the run-time switch: small enough to
 // be inlined into hot loops (GCC does not inline the switching versions there).
 

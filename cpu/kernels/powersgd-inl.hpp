@@ -131,6 +131,16 @@ GRADCODEC_PSGD_INLINE void psgd_prefetch(const void* base, dtype t, std::uint64_
   __builtin_prefetch(static_cast<const char*>(base) + (k + psgd_prefetch_ahead) * dtype_size(t));
 }
 
+//! Every load of M, and the out pass's loads of what it updates, also prefetch 8 KiB (f32)
+//! ahead into L2: the hardware prefetchers alone left the memory idle for much of the row
+//! passes, and the L2 keeps more misses in flight than the L1 (AVX-512 on Zen 4, 4096^2,
+//! rank 4: encode_with_feedback 35-37 -> 23-26 ms, docs/performance.md).
+inline constexpr std::uint64_t psgd_stream_ahead = 2048;  // elements
+
+GRADCODEC_PSGD_INLINE void psgd_stream_prefetch(const void* base, dtype t, std::uint64_t k) {
+  prefetch_element<1>(base, t, k + psgd_stream_ahead);
+}
+
 //! M read from the encoded tensor (any dtype).
 struct psgd_src_view {
   static constexpr std::uint64_t buffer_floats = 4096;
@@ -139,6 +149,7 @@ struct psgd_src_view {
   dtype type;
   std::uint64_t cols;
   GRADCODEC_PSGD_INLINE vf16 load(std::uint64_t row, std::uint64_t j, unsigned cnt) const {
+    psgd_stream_prefetch(data, type, row * cols + j);
     return psgd_load_any(data, type, row * cols + j, cnt);
   }
   GRADCODEC_PSGD_INLINE void prefetch(std::uint64_t row, std::uint64_t j) const {
@@ -166,6 +177,8 @@ struct psgd_src_sum {
   bool e_first;
   GRADCODEC_PSGD_INLINE vf16 load(std::uint64_t row, std::uint64_t j, unsigned cnt) const {
     const std::uint64_t k = row * cols + j;
+    psgd_stream_prefetch(g, gt, k);
+    psgd_stream_prefetch(e, et, k);
     const vf16 gv = psgd_load_any(g, gt, k, cnt), ev = psgd_load_any(e, et, k, cnt);
     return e_first ? vadd_nan_first(ev, gv) : vadd_nan_first(gv, ev);
   }
@@ -188,6 +201,7 @@ struct psgd_src_f32 {
   const float* m;
   std::uint64_t cols;
   GRADCODEC_PSGD_INLINE vf16 load(std::uint64_t row, std::uint64_t j, unsigned cnt) const {
+    psgd_stream_prefetch(m, dtype::f32, row * cols + j);
     return psgd_load(m + row * cols + j, cnt);
   }
   GRADCODEC_PSGD_INLINE void prefetch(std::uint64_t row, std::uint64_t j) const {
@@ -720,7 +734,10 @@ struct psgd_sink_decode {
   GRADCODEC_PSGD_INLINE void operator()(std::uint64_t i, std::uint64_t j, unsigned cnt,
                                         vf16 o) const {
     const std::uint64_t k = i * cols + j;
-    if (accumulate) o = vfma(vset1(alpha), o, psgd_load_any(out.data, out.type, k, cnt));
+    if (accumulate) {
+      psgd_stream_prefetch(out.data, out.type, k);
+      o = vfma(vset1(alpha), o, psgd_load_any(out.data, out.type, k, cnt));
+    }
     psgd_store_any(out.data, out.type, k, vcanonical_nan(o), cnt);
   }
 };
@@ -734,6 +751,7 @@ struct psgd_sink_finish {
   GRADCODEC_PSGD_INLINE void operator()(std::uint64_t i, std::uint64_t j, unsigned cnt,
                                         vf16 o) const {
     const std::uint64_t k = i * cols + j;
+    if (ef) psgd_stream_prefetch(residual, dtype::f32, k);
     psgd_store(residual + k, ef ? psgd_load(residual + k, cnt) - o : vzero(), cnt);
     psgd_store_any(out.data, out.type, k, o, cnt);
   }

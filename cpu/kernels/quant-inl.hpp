@@ -58,20 +58,11 @@ inline void quant_vstore(void* base, dtype t, std::uint64_t i, vf16 a) {
 //! 89-99 -> 73-83 ms (docs/performance.md).
 inline constexpr std::uint64_t quant_prefetch_ahead = 2048;
 
-//! Prefetches element i; Locality as in __builtin_prefetch (1: into L2, 3: into L1).
-template <int Locality = 1>
-inline void quant_prefetch(const void* base, dtype t, std::uint64_t i) {
-  // Integer arithmetic: the address may lie past the end (a prefetch never faults).
-  const std::uintptr_t at =
-      reinterpret_cast<std::uintptr_t>(base) + i * (t == dtype::f32 ? 4u : 2u);
-  __builtin_prefetch(reinterpret_cast<const void*>(at), 0, Locality);
-}
-
 //! Encode input: v = in[i].
 struct quant_input {
   const void* data;
   dtype type;
-  void prefetch(std::uint64_t i) const { quant_prefetch(data, type, i); }
+  void prefetch(std::uint64_t i) const { prefetch_element<1>(data, type, i); }
   vf16 load(std::uint64_t i) const { return quant_vload(data, type, i); }
   vf16 load_n(std::uint64_t i, unsigned cnt) const { return vload_any_n(data, type, i, cnt); }
 };
@@ -83,8 +74,8 @@ struct quant_feedback_input {
   const void* e;
   dtype et;
   void prefetch(std::uint64_t i) const {
-    quant_prefetch(g, gt, i);
-    quant_prefetch(e, et, i);
+    prefetch_element<1>(g, gt, i);
+    prefetch_element<1>(e, et, i);
   }
   vf16 load(std::uint64_t i) const {
     return vadd_nan_first(quant_vload(g, gt, i), quant_vload(e, et, i));

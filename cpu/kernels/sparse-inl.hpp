@@ -526,8 +526,8 @@ inline status randomk_run(const detail::encode_call& c, const psource& source, t
           unsigned q = 0;
           for (std::uint64_t i = bt.first; i < bt.end; i += 16) {
             const unsigned r = bt.end - i >= 16 ? 16u : static_cast<unsigned>(bt.end - i);
-            quant_prefetch<3>(source.g, source.tg, i + randomk_stream_ahead);
-            quant_prefetch<3>(source.e, source.te, i + randomk_stream_ahead);
+            prefetch_element<3>(source.g, source.tg, i + randomk_stream_ahead);
+            prefetch_element<3>(source.e, source.te, i + randomk_stream_ahead);
             vf16 p = r == 16 ? src.load(i) : src.load_n(i, r);
             if (q < bt.count && bt.index[q] < i + r) {
               float lanes[16];
