@@ -128,7 +128,7 @@ inline int psgd_counter_merges(const int* height, int top) {
 inline constexpr std::uint64_t psgd_prefetch_ahead = 256;  // floats
 
 GRADCODEC_PSGD_INLINE void psgd_prefetch(const void* base, dtype t, std::uint64_t k) {
-  __builtin_prefetch(static_cast<const char*>(base) + (k + psgd_prefetch_ahead) * dtype_size(t));
+  prefetch_element<3>(base, t, k + psgd_prefetch_ahead);
 }
 
 //! Every load of M, and the out pass's loads of what it updates, also prefetch 8 KiB (f32)
@@ -205,7 +205,7 @@ struct psgd_src_f32 {
     return psgd_load(m + row * cols + j, cnt);
   }
   GRADCODEC_PSGD_INLINE void prefetch(std::uint64_t row, std::uint64_t j) const {
-    __builtin_prefetch(m + row * cols + j + psgd_prefetch_ahead);
+    psgd_prefetch(m, dtype::f32, row * cols + j);
   }
   float* target(std::uint64_t, std::uint64_t, float*) const { return nullptr; }
   const float* f32(std::uint64_t row, std::uint64_t j0, const float*) const {

@@ -492,9 +492,7 @@ inline status randomk_run(const detail::encode_call& c, const psource& source, t
   const philox16_gen g = philox16_make(rng, blocks::rng_stream::selection);
   const std::uint64_t per = randomk_task_strata(n, k, res.data != nullptr);
   const std::uint64_t tasks = blocks::ceil_div(k, per);
-  const auto* gp = static_cast<const char*>(source.g);
-  const std::uint64_t gs = dtype_size(source.tg);
-  auto touch = [&](std::uint64_t i) { __builtin_prefetch(gp + i * gs, 0, 1); };
+  auto touch = [&](std::uint64_t i) { prefetch_element<1>(source.g, source.tg, i); };
   std::atomic<bool> bad{false};
   // The value sent for stratum j (v at its chosen index): x to the payload, v - decoded(x)
   // is what error feedback keeps there.
@@ -583,7 +581,7 @@ inline status randomk_decode(const detail::decode_call& c) {
   const std::uint64_t per = randomk_task_strata(n, k, !c.accumulate);
   const std::uint64_t tasks = blocks::ceil_div(k, per);
   auto touch = [&](std::uint64_t i) {  // into L2, as in randomk_run (see strata_ahead)
-    if (c.accumulate) __builtin_prefetch(out + i * osize, 0, 1);
+    if (c.accumulate) prefetch_element<1>(c.out.data, c.out.type, i);
   };
   parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
     const std::uint64_t j0 = t * per, j1 = std::min(k, j0 + per);
