@@ -444,8 +444,8 @@ static_assert(quant_uniform_groups % philox_uniform_step == 0);
 //! On AVX-512, error feedback's scan draws philox_uniform_step groups of uniforms (four
 //! 512-bit chains) once every this many groups it scans, so that Philox's arithmetic runs
 //! while the scan's loads of g and e wait on memory; a bucket of 512 is drawn within its
-//! own scan. On the Zen 4 VM, 2^26 elements, one thread: QSGD error feedback 76.7 -> 70.1
-//! ms, TernGrad's 75.2 -> 65.3 ms, stochastic min-max's 73.9 -> 66.3 ms (docs/performance.md).
+//! own scan. On the Zen 4 VM, 2^26 elements, one thread: QSGD error feedback 79.1 -> 71.6
+//! ms, TernGrad's 72.4 -> 62.6 ms, stochastic min-max's 72.4 -> 66.5 ms (docs/performance.md).
 //! Not done elsewhere: the plain encode reads half as much and got slower (QSGD 50.2 -> 53.8
 //! ms); AVX2's eight 256-bit chains need all 16 registers, and its error feedback got slower
 //! (TernGrad 86 -> 105 ms); one chain per group scanned was slower still: its rounds wait
@@ -471,7 +471,7 @@ inline bool quant_encode_task(const K& k, const Src& src, tensor_view residual,
     const std::uint64_t early = draw_in_scan && full_end > full_begin
                                     ? std::min(quant_uniform_groups, full_end - full_begin)
                                     : 0;
-    std::uint64_t drawn = 0;  // groups of u filled; may pass early by less than a step
+    std::uint64_t drawn = 0;  // groups of uniforms filled; may pass early by less than a step
     const auto draw = [&] {
       philox_uniforms(rng, 16 * (full_begin + drawn), philox_uniform_step, uniforms + 16 * drawn);
       drawn += philox_uniform_step;
