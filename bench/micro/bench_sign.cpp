@@ -8,6 +8,7 @@
 // as per wall second; on a shared one closer to what the code can do).
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -128,6 +129,34 @@ void BM_decode(benchmark::State& state, const std::string& text, bool accumulate
   set_bytes(state, n_elems() * (1.0 / 8 + scale_bytes(spec) + (accumulate ? 8.0 : 4.0)));
 }
 
+//! signSGD majority vote of `voters` sign:scale=mean frames (the comm layer's majority_vote
+//! strategy after its allgather): each voter's gradient is the data rotated by a different
+//! offset, so the votes disagree as real ranks' do. Reads the frames, writes n f32 values.
+void BM_majority_vote(benchmark::State& state) {
+  const auto voters = static_cast<std::size_t>(state.range(0));
+  const auto spec = gc::parse_spec("sign:scale=mean").value();
+  const std::vector<float>& x = data();
+  std::vector<std::vector<std::byte>> frames;
+  std::vector<float> rotated(x.size());
+  for (std::size_t v = 0; v < voters; ++v) {
+    const std::size_t shift = (v * 7919) % x.size();
+    std::copy(x.begin() + static_cast<std::ptrdiff_t>(shift), x.end(), rotated.begin());
+    std::copy(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(shift),
+              rotated.end() - static_cast<std::ptrdiff_t>(shift));
+    std::vector<std::byte> f(gc::encode_bound(spec, x.size()));
+    f.resize(gc::encode(spec, {1, 1, 0}, gc::view(rotated), f, cpu_options()).value());
+    frames.push_back(std::move(f));
+  }
+  const std::vector<gc::const_bytes> views(frames.begin(), frames.end());
+  std::vector<float> out(x.size(), 0.0f);
+  for (auto _ : state) {
+    if (auto st = gc::sign_majority_vote(views, gc::view(out), 0.25f); !st.ok())
+      state.SkipWithError(st.message());
+    benchmark::ClobberMemory();
+  }
+  set_bytes(state, n_elems() * (4.0 + static_cast<double>(voters) / 8));
+}
+
 const char* const kSpecs[] = {"sign", "sign:scale=mean", "sign:scale=l2", "onebit"};
 
 int register_all() {
@@ -136,6 +165,10 @@ int register_all() {
   benchmark::RegisterBenchmark("two_pass_scaled_sign/encode", BM_two_pass_encode)
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("two_pass_scaled_sign/feedback", BM_two_pass_feedback)
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("majority_vote", BM_majority_vote)
+      ->Arg(4)
+      ->Arg(16)
       ->Unit(benchmark::kMillisecond);
   for (const char* s : kSpecs) {
     const std::string name(s);
