@@ -53,7 +53,10 @@ float scale_of(const_bytes frame, const blocks::bucket_layout& l, std::uint64_t 
 std::uint64_t bits_at(const std::byte* codes, std::uint64_t code_bytes, std::uint64_t i) {
   const std::uint64_t at = i / 8;
   std::uint64_t w = 0;
-  std::memcpy(&w, codes + at, std::min<std::uint64_t>(8, code_bytes - at));
+  if (code_bytes - at >= 8)  // a fixed size: loaded inline, not by a call
+    std::memcpy(&w, codes + at, 8);
+  else
+    std::memcpy(&w, codes + at, code_bytes - at);
   if constexpr (std::endian::native == std::endian::big) w = __builtin_bswap64(w);
   return w >> (i % 8);
 }

@@ -119,8 +119,8 @@ struct quant_scan {
   float max_abs, lo, hi;
 };
 
-//! side() runs once per 16 values scanned: work that needs no memory (Philox draws) fills
-//! the time the scan waits on its loads.
+//! side(j) runs once per 16 values scanned, j the offset of the first in the bucket: work
+//! that needs no memory (Philox draws) fills the time the scan waits on its loads.
 template <bool Range, class Src, class Side>
 inline quant_scan quant_scan_bucket(const Src& src, std::uint64_t s, std::uint64_t len,
                                     Side&& side) {
@@ -132,7 +132,7 @@ inline quant_scan quant_scan_bucket(const Src& src, std::uint64_t s, std::uint64
   for (; j + 16 <= len; j += 16) {
     src.prefetch(s + j + quant_prefetch_ahead);
     const vf16 v = src.load(s + j);
-    side();
+    side(j);
     mag = vmaxu(mag, vbits(v) & abs_mask);
     if constexpr (Range) {
       const vf16 w = v + vzero();  // -0.0 -> +0.0
@@ -476,10 +476,9 @@ inline bool quant_encode_task(const K& k, const Src& src, tensor_view residual,
       philox_uniforms(rng, 16 * (full_begin + drawn), philox_uniform_step, uniforms + 16 * drawn);
       drawn += philox_uniform_step;
     };
-    unsigned scanned = 0;
-    const quant_scan sc = quant_scan_bucket<K::range>(src, s, e - s, [&] {
+    const quant_scan sc = quant_scan_bucket<K::range>(src, s, e - s, [&](std::uint64_t j) {
       if constexpr (draw_in_scan) {
-        if (scanned++ % quant_draw_in_scan == 0 && drawn < early) draw();
+        if (j / 16 % quant_draw_in_scan == 0 && drawn < early) draw();
       }
     });
     while (drawn < early) draw();
