@@ -27,12 +27,15 @@ status frame_error(status_code code, std::size_t index, const char* what) {
   return {code, msg};
 }
 
-//! The at most three values a vote writes (alpha, -alpha or alpha * 0, and the canonical
-//! NaN), encoded once in the output's dtype.
+//! The at most four values a vote writes (alpha, -alpha, alpha * 0 and the canonical NaN),
+//! encoded once in the output's dtype. A NaN alpha gives the canonical NaN: compilers fold
+//! `alpha * -1.0f` into a sign flip, the hardware keeps the NaN's sign, so the NaN's bits
+//! would depend on the build.
 struct vote_values {
   std::byte bits[4][4];  // [0] positive sum, [1] negative sum, [2] tie, [3] poisoned bucket
   std::uint64_t size;
   void set(int which, float x, dtype t) {
+    x = detail::canonical_nan(x);
     switch (t) {
       case dtype::f32: std::memcpy(bits[which], &x, 4); return;
       case dtype::f16: put16(which, blocks::f32_to_f16(x)); return;
@@ -169,7 +172,7 @@ status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out,
   v.set(0, alpha * 1.0f, out.type);
   v.set(1, alpha * -1.0f, out.type);
   v.set(2, alpha * 0.0f, out.type);
-  v.set(3, detail::canonical_nan(std::numeric_limits<float>::quiet_NaN()), out.type);
+  v.set(3, std::numeric_limits<float>::quiet_NaN(), out.type);
   auto* dst = static_cast<std::byte*>(out.data);
   for (std::uint64_t b = 0; b < l.buckets; ++b) {
     const std::uint64_t begin = b * bucket;

@@ -591,6 +591,34 @@ TEST(Vote, NaNBucketStaysNaN) {
   }
 }
 
+TEST(Vote, NaNProductsAreTheCanonicalNaN) {
+  // A NaN alpha of either sign, or an infinite alpha at a tie, gives the canonical NaN in
+  // every dtype: `alpha * -1.0f` may be folded into a sign flip, and the bits must not
+  // depend on that (found by fuzz_vote).
+  const auto a = sign_frame_of({1, -1, 1, -1}, 4);
+  const auto b = sign_frame_of({1, -1, -1, 1}, 4);
+  const std::vector<gc::const_bytes> frames = {a, b};  // votes +1, -1, tie, tie
+  for (std::uint32_t alpha_bits : {0xFFFF0000u, 0x7FC00001u, 0x7F800000u, 0xFF800000u}) {
+    float alpha;
+    std::memcpy(&alpha, &alpha_bits, 4);
+    std::vector<float> out(4);
+    ASSERT_TRUE(gc::sign_majority_vote(frames, gc::view(out), alpha).ok());
+    for (std::size_t i = 0; i < 4; ++i) {
+      const float want = alpha * (i == 0 ? 1.0f : i == 1 ? -1.0f : 0.0f);
+      if (std::isnan(want))
+        EXPECT_EQ(bits_of(out[i]), nan_bits) << std::hex << alpha_bits << " element " << i;
+      else
+        expect_same_bits(want, out[i], "vote", i);
+    }
+    std::vector<std::uint16_t> half(4);
+    ASSERT_TRUE(
+        gc::sign_majority_vote(frames, gc::tensor_view{half.data(), 4, gc::dtype::bf16}, alpha)
+            .ok());
+    for (std::size_t i = 0; i < 4; ++i)
+      EXPECT_EQ(half[i], gc::blocks::f32_to_bf16(out[i])) << std::hex << alpha_bits << " " << i;
+  }
+}
+
 // One byte short of the exact size: output_too_small, and nothing written past the end.
 TEST(SignCodecs, OneByteShortOutputWritesNothingPastTheEnd) {
   const std::size_t n = 1000;
