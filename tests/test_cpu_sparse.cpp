@@ -228,8 +228,9 @@ TEST(CpuSparse, FusedFeedbackMatchesGenericComposition) {
 }
 
 //! Tasks (65536 elements) whose candidates fit the uncapped threshold's bounded region and
-//! tasks that overflow it (the CPU reads those again), side by side: no candidate, exactly
-//! the region's 2048 slots, one more, all of them, a sparse one, and a short last task.
+//! tasks that overflow it (a plain encode reads those again; error feedback copies the
+//! region out each time it fills), side by side: no candidate, exactly the region's 2048
+//! slots, one more, all of them, a sparse one, and a short last task.
 std::vector<float> threshold_task_mix() {
   constexpr std::size_t task = 65536;
   const std::size_t dense_at[] = {0, task / 32, task / 32 + 1, task, task / 211, 300};

@@ -162,7 +162,8 @@ void register_all() {
                         "threshold:tau=2.576", "randomk:ratio=0.01", "randomk:ratio=0.001"})
     benchmark::RegisterBenchmark((std::string("encode/") + s).c_str(), BM_encode, std::string(s))
         ->Unit(benchmark::kMillisecond);
-  for (const char* s : {"topk:ratio=0.01", "dgc:ratio=0.001", "randomk:ratio=0.01"})
+  for (const char* s :
+       {"topk:ratio=0.01", "dgc:ratio=0.001", "randomk:ratio=0.01", "threshold:tau=2.576"})
     benchmark::RegisterBenchmark((std::string("feedback/") + s).c_str(), BM_encode_feedback,
                                  std::string(s))
         ->Unit(benchmark::kMillisecond);

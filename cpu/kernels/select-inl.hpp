@@ -83,6 +83,11 @@ struct psource {
     const float v = load_value(g, tg, i);
     return e ? blocks::fadd_nan_first(v, load_value(e, te, i)) : v;
   }
+  //! Into L2, as the other streaming kernels do (docs/performance.md).
+  void prefetch(std::uint64_t i) const {
+    prefetch_element<1>(g, tg, i);
+    if (e) prefetch_element<1>(e, te, i);
+  }
 };
 
 template <dtype T>
@@ -119,6 +124,10 @@ struct typed_source {
       return blocks::fadd_nan_first(load_value(g, G, i), load_value(e, E, i));
     else
       return load_value(g, G, i);
+  }
+  void prefetch(std::uint64_t i) const {
+    prefetch_element<1>(g, G, i);
+    if constexpr (HasE) prefetch_element<1>(e, E, i);
   }
 };
 

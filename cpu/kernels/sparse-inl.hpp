@@ -328,6 +328,9 @@ inline status dgc_decode(const detail::decode_call& c) {
 //! where thresholds are used), so the workspace is about a quarter byte per element; a
 //! denser task is read a second time instead.
 inline constexpr std::uint64_t threshold_slots = sel_grain / 32;
+//! Elements the error-feedback threshold prefetches ahead of itself, into L2 (1024 and 2048
+//! measured alike, 4096 slower).
+inline constexpr std::uint64_t threshold_prefetch_ahead = 1024;
 
 inline bool threshold_capped(const codec_spec& spec, std::uint64_t n) {
   return spec.cap > 0 && spec.cap < n;
@@ -340,6 +343,103 @@ inline std::size_t threshold_workspace(const codec_spec& spec, const_tensor_view
   return sel_layout_of(shape.n, true, 0, capped ? sel_grain : threshold_slots).total;
 }
 
+//! Error feedback of an uncapped threshold whose buffer holds a frame of every element
+//! (encode_bound's size): one pass over g and e at any density, residual included.
+//!
+//! Chunk c, a run of consecutive tasks on one thread, writes its entries as if every element
+//! before it had been sent (values from entry begin(c), indices from entry begin(c) of an
+//! n-entry frame); then each chunk's entries move down to their final places, values
+//! first, in index order: every move goes down and lands on no chunk not yet moved. Each
+//! task compacts its candidates into its workspace region (in L1) and copies the region out
+//! whenever it fills; compacting straight into the frame measured several times slower.
+//!
+//! Before, a task with more candidates than its region (3 % of it) read p a second time,
+//! and the residual's accumulation makes that the usual case (docs/performance.md). A plain
+//! encode, at the density tau was chosen for, keeps the collect-then-emit path, which
+//! measured faster there. Returns the entry count; nonfinite: whether a value was not finite.
+inline std::uint64_t threshold_feedback_one_pass(const detail::encode_call& c, const sel_space& s,
+                                                 const psource& source, std::uint32_t at,
+                                                 tensor_view res, bool& nonfinite) {
+  const std::size_t vsize = dtype_size(c.wire);
+  const bool index64 = (c.hdr.flags & flag_index64) != 0;
+  const std::size_t isize = index64 ? 8 : 4;
+  const blocks::sparse_layout full = blocks::sparse_layout_of(s.n, vsize, index64);
+  const sparse_sink sink{c.payload, c.payload + full.index_offset, c.wire, index64, nullptr};
+  const std::uint64_t chunks = static_cast<std::uint64_t>(threads_for(s.threads, s.tasks));
+  const auto first_task = [&](std::uint64_t ch) { return ch * s.tasks / chunks; };
+  std::atomic<bool> bad{false};
+  visit_source(source, [&](const auto& src) {
+    parallel_for(static_cast<int>(chunks), chunks, [&](std::uint64_t ch) {
+      std::uint64_t pos = s.begin(first_task(ch));
+      const vu16 finite_max = vset1u(sel_max_finite_key), atm1 = vset1u(at - 1u);
+      const vu16 sixteen = vset1u(16);
+      unsigned bad_lanes = 0;
+      for (std::uint64_t t = first_task(ch); t < first_task(ch + 1); ++t) {
+        const std::uint64_t b = s.begin(t), e = s.end(t), first = pos;
+        std::uint32_t* vals = s.vals + t * s.region;
+        std::uint32_t* offs = s.offs + t * s.region;
+        std::uint64_t held = 0;
+        // The region's entries to the frame; pos <= the next element, so every whole-vector
+        // store stays inside this chunk's part of the frame.
+        const auto flush = [&] {
+          for (std::uint64_t j = 0; j < held; j += 16) {
+            const mask16 valid =
+                held - j >= 16 ? mask16{0xFFFF} : lanes_below(static_cast<unsigned>(held - j));
+            pos += sink_put(sink, pos, e, valid, vload_u(vals + j), vload_u(offs + j), b);
+          }
+          held = 0;
+        };
+        vu16 off = viota();
+        const auto one = [&](std::uint64_t i, vf16 p, mask16 valid, unsigned r) {
+          const vu16 key = vsel_key(vbits(p));
+          bad_lanes |= mask_and(vgti(key, finite_max), valid);
+          const mask16 sel = mask_and(vgti(key, atm1), valid);
+          const vf16 rv = vselect(sel, p - vwire_roundtrip(p, c.wire), p);
+          if (r == 16)
+            vstore_any(res.data, res.type, i, rv);
+          else
+            vstore_any_n(res.data, res.type, i, rv, r);
+          vcompress_store(vals + held, sel, vbits(p));
+          held += vcompress_store(offs + held, sel, off);
+          off = off + sixteen;
+          if (held > s.region - 16) flush();
+        };
+        std::uint64_t i = b;
+        for (; i + 16 <= e; i += 16) {
+          src.prefetch(i + threshold_prefetch_ahead);
+          one(i, src.load(i), 0xFFFF, 16);
+        }
+        if (i < e) {
+          const unsigned r = static_cast<unsigned>(e - i);
+          one(i, src.load_n(i, r), lanes_below(r), r);
+        }
+        flush();
+        s.cnt[t] = pos - first;
+      }
+      if (bad_lanes) bad.store(true, std::memory_order_relaxed);
+    });
+  });
+  nonfinite = bad.load();
+  std::uint64_t m = 0;
+  for (std::uint64_t t = 0; t < s.tasks; ++t) m += s.cnt[t];
+  const std::uint64_t final_index = blocks::sparse_layout_of(m, vsize, index64).index_offset;
+  for (const bool values : {true, false}) {
+    std::uint64_t to = 0;
+    for (std::uint64_t ch = 0; ch < chunks; ++ch) {
+      const std::uint64_t from = s.begin(first_task(ch));
+      std::uint64_t count = 0;
+      for (std::uint64_t t = first_task(ch); t < first_task(ch + 1); ++t) count += s.cnt[t];
+      if (values)
+        std::memmove(c.payload + to * vsize, c.payload + from * vsize, count * vsize);
+      else
+        std::memmove(c.payload + final_index + to * isize,
+                     c.payload + full.index_offset + from * isize, count * isize);
+      to += count;
+    }
+  }
+  return m;
+}
+
 inline status threshold_run(const detail::encode_call& c, const psource& src, tensor_view res) {
   const std::uint64_t n = c.in.n, cap = c.spec.cap;
   const float tau = c.spec.tau;
@@ -350,9 +450,17 @@ inline status threshold_run(const detail::encode_call& c, const psource& src, te
   const sel_space s = sel_space_of(l, c.workspace.data(), n, c.threads);
   const std::size_t vsize = dtype_size(c.wire);
   const bool index64 = (c.hdr.flags & flag_index64) != 0;
-  // One pass collects the candidates; with an f32 residual it also stores p there (see the
-  // file comment), but only when the buffer holds a frame of every element: the frame size
-  // is known after the pass, and a refused call must leave the residual untouched.
+  c.hdr.param = tau;
+  if (res.data && !may_cap && blocks::sparse_layout_of(n, vsize, index64).total <= c.capacity) {
+    bool nonfinite = false;
+    const std::uint64_t m = threshold_feedback_one_pass(c, s, src, at, res, nonfinite);
+    sparse_finish(c, blocks::sparse_layout_of(m, vsize, index64), m, nonfinite);
+    return {};
+  }
+  // A plain encode, a cap, or a buffer too small for every element. One pass collects the
+  // candidates; with an f32 residual it also stores p there (see the file comment), but
+  // only when the buffer holds a frame of every element: the frame size is known after the
+  // pass, and a refused call must leave the residual untouched.
   const bool store_p = res.data != nullptr && res.type == dtype::f32 &&
                        blocks::sparse_layout_of(n, vsize, index64).total <= c.capacity;
   const bool nonfinite = sparse_collect(s, src, at, false, 0, store_p ? res : tensor_view{});
@@ -361,7 +469,6 @@ inline status threshold_run(const detail::encode_call& c, const psource& src, te
   const std::uint64_t m = capped ? cap : kept_all;
   const blocks::sparse_layout pl = blocks::sparse_layout_of(m, vsize, index64);
   if (pl.total > c.capacity) return too_small();
-  c.hdr.param = tau;
   sparse_sink sink = sparse_sink_of(c, pl);
   if (capped) {
     sparse_top_finish(s, src, m, at, sink, store_p ? res : tensor_view{});
