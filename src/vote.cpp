@@ -28,9 +28,9 @@ status frame_error(status_code code, std::size_t index, const char* what) {
 }
 
 //! The at most four values a vote writes (alpha, -alpha, alpha * 0 and the canonical NaN),
-//! encoded once in the output's dtype. A NaN alpha gives the canonical NaN: compilers fold
-//! `alpha * -1.0f` into a sign flip, the hardware keeps the NaN's sign, so the NaN's bits
-//! would depend on the build.
+//! encoded once in the output's dtype. A NaN product (a NaN alpha, or an infinite one times
+//! 0) is stored as the canonical NaN: compilers fold `alpha * -1.0f` into a sign flip while
+//! the hardware keeps a NaN's sign, so its bits would depend on the build.
 struct vote_values {
   std::byte bits[4][4];  // [0] positive sum, [1] negative sum, [2] tie, [3] poisoned bucket
   std::uint64_t size;

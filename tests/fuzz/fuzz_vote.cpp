@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzzes sign_majority_vote: up to six frame descriptions, each either raw bytes or a sign
 // frame encoded from fuzzed values and then patched byte by byte, voted (optionally
-// repeated to 256 or more voters, the vote's wide-counter path) into a poisoned output
+// repeated to 256-271 voters, the vote's wide-counter path) into a poisoned output
 // with guard zones. Promises checked: no crash or sanitizer report, nothing written outside
 // the output, nothing written at all on error, and the status and every value equal those
 // of a slow per-element oracle written here from docs/codecs.md "Majority vote".
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
