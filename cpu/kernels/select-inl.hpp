@@ -440,6 +440,19 @@ inline unsigned sink_put(const sparse_sink& s, std::uint64_t pos, std::uint64_t 
   return c;
 }
 
+//! Writes `count` collected candidates (f32 bits and offsets from `base`) as entries pos,
+//! pos + 1, ... (the caller owns [pos, end)); returns the position after the last.
+inline std::uint64_t sink_put_all(const sparse_sink& sink, std::uint64_t pos, std::uint64_t end,
+                                  const std::uint32_t* vals, const std::uint32_t* offs,
+                                  std::uint64_t count, std::uint64_t base) {
+  for (std::uint64_t j = 0; j < count; j += 16) {
+    const mask16 valid =
+        count - j >= 16 ? mask16{0xFFFF} : lanes_below(static_cast<unsigned>(count - j));
+    pos += sink_put(sink, pos, end, valid, vload_u(vals + j), vload_u(offs + j), base);
+  }
+  return pos;
+}
+
 //! The k entries of largest key among the collected candidates (sum of cnt >= k >= 1), ties
 //! to the lower index, written in index order: radix select finds the k-th key T, each task
 //! counts its keys > T and == T, a prefix over tasks hands the first k - count(> T) ties to
@@ -570,15 +583,8 @@ inline void sel_emit_collected(const sel_space& s, const psource& source, std::u
         sel_emit_direct_task<false, false>(s, src, t, at, sink, {});
         return;
       }
-      const std::uint32_t* vals = s.vals + t * s.region;
-      const std::uint32_t* offs = s.offs + t * s.region;
-      const std::uint64_t cnt = s.cnt[t], end = s.out_end(t);
-      std::uint64_t pos = s.off[t];
-      for (std::uint64_t j = 0; j < cnt; j += 16) {
-        const mask16 valid =
-            cnt - j >= 16 ? mask16{0xFFFF} : lanes_below(static_cast<unsigned>(cnt - j));
-        pos += sink_put(sink, pos, end, valid, vload_u(vals + j), vload_u(offs + j), s.begin(t));
-      }
+      sink_put_all(sink, s.off[t], s.out_end(t), s.vals + t * s.region, s.offs + t * s.region,
+                   s.cnt[t], s.begin(t));
     });
   });
 }

@@ -382,11 +382,7 @@ inline std::uint64_t threshold_feedback_one_pass(const detail::encode_call& c, c
         // The region's entries to the frame; pos <= the next element, so every whole-vector
         // store stays inside this chunk's part of the frame.
         const auto flush = [&] {
-          for (std::uint64_t j = 0; j < held; j += 16) {
-            const mask16 valid =
-                held - j >= 16 ? mask16{0xFFFF} : lanes_below(static_cast<unsigned>(held - j));
-            pos += sink_put(sink, pos, e, valid, vload_u(vals + j), vload_u(offs + j), b);
-          }
+          pos = sink_put_all(sink, pos, e, vals, offs, held, b);
           held = 0;
         };
         vu16 off = viota();
