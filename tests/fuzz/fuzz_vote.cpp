@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "../support/data.hpp"
 #include "fuzz_common.hpp"
-#include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/vote.hpp"
@@ -54,19 +54,11 @@ std::vector<std::byte> synth_frame(reader& r, std::uint64_t n, std::uint32_t buc
   const std::string spec =
       "sign:bucket=" + std::to_string(bucket) + ",scale=" + scales[r.byte() % 3];
   const auto in_type = static_cast<gc::dtype>(r.byte() % 3);
-  std::vector<std::byte> in(n * gc::dtype_size(in_type));
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const float v = value_of(r.byte());
-    if (in_type == gc::dtype::f32) {
-      std::memcpy(in.data() + 4 * i, &v, 4);
-    } else {
-      const std::uint16_t h =
-          in_type == gc::dtype::f16 ? gc::blocks::f32_to_f16(v) : gc::blocks::f32_to_bf16(v);
-      std::memcpy(in.data() + 2 * i, &h, 2);
-    }
-  }
+  std::vector<float> values(n);
+  for (float& v : values) v = value_of(r.byte());
+  const gc::test::tensor in(values, in_type);
   const auto codec = gc::parse_spec(spec).value();
-  const gc::const_tensor_view x{in.data(), n, in_type, 0};
+  const gc::const_tensor_view x = in.cview();
   std::vector<std::byte> frame(gc::encode_bound(codec, n, in_type, 0));
   std::vector<std::byte> ws;
   const auto opt = gc::fuzz::with_workspace(
@@ -96,8 +88,8 @@ float scale_at(gc::const_bytes frame, const gc::blocks::bucket_layout& l, std::u
 
 //! The vote as docs/codecs.md writes it, one element at a time. Returns false where the
 //! vote must fail, and then leaves out as it was.
-bool oracle(const std::vector<gc::const_bytes>& frames, gc::dtype type, std::uint64_t out_n,
-            float alpha, std::vector<std::uint8_t>& out, std::size_t offset) {
+bool oracle(const std::vector<gc::const_bytes>& frames, std::uint64_t out_n, float alpha,
+            gc::test::tensor& out) {
   if (frames.empty()) return false;
   std::uint64_t n = 0;
   std::uint32_t bucket = 0;
@@ -115,7 +107,6 @@ bool oracle(const std::vector<gc::const_bytes>& frames, gc::dtype type, std::uin
   }
   if (out_n != n) return false;
   const auto l = gc::blocks::bucket_layout_of(n, bucket, 1, 1);
-  const std::size_t size = gc::dtype_size(type);
   for (std::uint64_t i = 0; i < n; ++i) {
     bool poisoned = false;
     long long c = 0;
@@ -128,14 +119,7 @@ bool oracle(const std::vector<gc::const_bytes>& frames, gc::dtype type, std::uin
     // A NaN product (NaN alpha, or an infinite one at a tie) is the canonical NaN too.
     float v = alpha * sigma;
     if (poisoned || std::isnan(v)) v = gc::blocks::canonical_nan();
-    std::uint8_t* dst = out.data() + offset + i * size;
-    if (type == gc::dtype::f32) {
-      std::memcpy(dst, &v, 4);
-    } else {
-      const std::uint16_t h =
-          type == gc::dtype::f16 ? gc::blocks::f32_to_f16(v) : gc::blocks::f32_to_bf16(v);
-      std::memcpy(dst, &h, 2);
-    }
+    out.set(i, v);
   }
   return true;
 }
@@ -182,15 +166,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::uint64_t frame_n = h.ok() ? h.value().n : 64;
   if (frame_n > (1u << 16)) return 0;
   const std::uint64_t n = wrong_length ? frame_n + 1 : frame_n;
+  // The output between guard zones; the oracle's tensor starts as the output's poison.
   constexpr std::size_t guard = 16;
-  const std::size_t bytes = n * gc::dtype_size(type);
-  std::vector<std::uint8_t> out(bytes + 2 * guard, 0xA5), expect = out;
+  std::vector<std::byte> out(n * gc::dtype_size(type) + 2 * guard, std::byte{0xA5});
+  gc::test::tensor expect = gc::test::tensor::zeros(n, type);
+  std::fill(expect.bytes.begin(), expect.bytes.end(), std::byte{0xA5});
 
   const gc::status st = gc::sign_majority_vote(frames, {out.data() + guard, n, type, 0}, alpha);
-  const bool ok = oracle(frames, type, n, alpha, expect, guard);
+  const bool ok = oracle(frames, n, alpha, expect);
   GRADCODEC_FUZZ_CHECK(st.ok() == ok);
   GRADCODEC_FUZZ_CHECK(ok || st.message()[0] != '\0');
-  // On error nothing is written; on success exactly the oracle's bytes, guards untouched.
-  GRADCODEC_FUZZ_CHECK(out == expect);
+  // On error nothing is written; on success exactly the oracle's bytes; guards untouched.
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const bool in_guard = i < guard || i >= guard + expect.bytes.size();
+    GRADCODEC_FUZZ_CHECK(out[i] == (in_guard ? std::byte{0xA5} : expect.bytes[i - guard]));
+  }
   return 0;
 }
