@@ -3,9 +3,10 @@
 // API with error feedback (compute_p, compute_q, finish), each phase alone, the stateless
 // codec (encode, fused error feedback, decode, decode-accumulate), against a memcpy of the
 // matrix and the same products done by OpenBLAS's sgemm (when BLAS was found: it sums in
-// its own order, so it can only be the comparison, not the implementation). One thread;
-// rank 4 on 4096 x 4096 f32 by default (GRADCODEC_BENCH_ROWS / _COLS / _RANK override).
-// Bytes/s follow the bytes model of performance.md.
+// its own order, so it can only be the comparison, not the implementation). One thread
+// (the phases: one and two, their argument); rank 4 on 4096 x 4096 f32 by default
+// (GRADCODEC_BENCH_ROWS / _COLS / _RANK override). Bytes/s follow the bytes model of
+// performance.md.
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
@@ -63,36 +64,38 @@ void set_matrix_bytes(benchmark::State& state, double bytes_per_element) {
   set_bytes(state, bytes_per_element * elems());
 }
 
-void one_thread() {
-  gc::set_cpu_default_threads(1);
+void use_threads(int threads) {
+  gc::set_cpu_default_threads(threads);
 #if GRADCODEC_BENCH_BLAS
   openblas_set_num_threads(1);
 #endif
 }
+void one_thread() { use_threads(1); }
 
 // ---- Memory baseline ---------------------------------------------------------------------
 
 void BM_memcpy(benchmark::State& state) { memcpy_baseline(state, grad()); }
 
 // ---- The phase API -----------------------------------------------------------------------
+// The argument is the thread count (the phases take the default one).
 
 struct phase_state {
   std::uint32_t r;
   std::vector<float> q, p, residual, out;
-  phase_state()
+  explicit phase_state(int threads)
       : r(gc::powersgd_rank(spec(), rows(), cols())),
         q(cols() * r),
         p(rows() * r),
         residual(gaussian_matrix(2, 0.1f)),
         out(rows() * cols()) {
-    one_thread();
+    use_threads(threads);
     if (!gc::powersgd_init_q(spec(), {5, 0, 1}, rows(), cols(), q).ok()) std::abort();
   }
 };
 
 //! One local step with error feedback (W = 1): 28 bytes per element (performance.md).
 void BM_phase_step(benchmark::State& state) {
-  phase_state s;
+  phase_state s(static_cast<int>(state.range(0)));
   const auto sp = spec();
   for (auto _ : state) {
     bool ok = gc::powersgd_compute_p(sp, gc::view(grad(), rows()), s.residual, s.q, s.p).ok();
@@ -106,7 +109,7 @@ void BM_phase_step(benchmark::State& state) {
 
 //! residual += grad; P = M Q: reads g and e, writes M (12 bytes per element).
 void BM_phase_compute_p(benchmark::State& state) {
-  phase_state s;
+  phase_state s(static_cast<int>(state.range(0)));
   const auto sp = spec();
   for (auto _ : state) {
     if (!gc::powersgd_compute_p(sp, gc::view(grad(), rows()), s.residual, s.q, s.p).ok())
@@ -118,7 +121,7 @@ void BM_phase_compute_p(benchmark::State& state) {
 
 //! orth(P); Q = M^T P: reads M (4 bytes per element).
 void BM_phase_compute_q(benchmark::State& state) {
-  phase_state s;
+  phase_state s(static_cast<int>(state.range(0)));
   const auto sp = spec();
   if (!gc::powersgd_compute_p(sp, gc::view(grad(), rows()), s.residual, s.q, s.p).ok())
     std::abort();
@@ -134,7 +137,7 @@ void BM_phase_compute_q(benchmark::State& state) {
 
 //! out = P Q^T; e = M - out: reads M, writes e and out (12 bytes per element).
 void BM_phase_finish(benchmark::State& state) {
-  phase_state s;
+  phase_state s(static_cast<int>(state.range(0)));
   const auto sp = spec();
   for (auto _ : state) {
     if (!gc::powersgd_finish(sp, s.p, s.q, 1, true, s.residual, gc::view(s.out, rows())).ok())
@@ -278,10 +281,10 @@ void BM_blas_residual(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(BM_memcpy)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_phase_step)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_phase_compute_p)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_phase_compute_q)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_phase_finish)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_phase_step)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_phase_compute_p)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_phase_compute_q)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_phase_finish)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_encode)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_encode_feedback)->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_decode, plain, false)->Unit(benchmark::kMillisecond);

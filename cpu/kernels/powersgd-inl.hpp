@@ -602,7 +602,9 @@ inline std::uint64_t psgd_q_depth(std::uint64_t rows) {
 }
 
 //! Q = M^T P with a bounded scratch per task (the phase API: scratch on the stack). Tasks
-//! are column blocks x groups of P's columns, as wide as the scratch allows.
+//! are column blocks x groups of P's columns, as wide as the scratch allows: the wider the
+//! block, the longer each row's run of M and the better the hardware prefetchers follow it.
+//! The columns are split evenly into a number of tasks that fills whole rounds of threads.
 template <std::uint64_t Budget, class Src, class Out>
 inline void psgd_compute_q_bounded(const Src& m, const psgd_mat& p, std::uint64_t rows,
                                    std::uint64_t cols, std::uint32_t r, const Out& out) {
@@ -612,16 +614,20 @@ inline void psgd_compute_q_bounded(const Src& m, const psgd_mat& p, std::uint64_
   // Keep blocks at least 128 columns wide (runs of 512 bytes of M per row); fewer columns of
   // P per pass when needed (then a pass re-reads its block of M).
   if (budget / (depth * cn * 16) < 8) cn = std::max<std::uint64_t>(1, budget / (depth * 16 * 8));
-  const std::uint64_t units = std::max<std::uint64_t>(1, budget / (depth * cn * 16));
-  const std::uint64_t jb = std::min(units * 16, psgd_round16(cols));
-  const std::uint64_t blocks = (cols + jb - 1) / jb, groups = (r + cn - 1) / cn;
-  const std::uint64_t tasks = blocks * groups;
-  parallel_for(threads_for(0, tasks), tasks, [&](std::uint64_t t) {
+  const std::uint64_t max_units = std::max<std::uint64_t>(1, budget / (depth * cn * 16));
+  const std::uint64_t units = (cols + 15) / 16, groups = (r + cn - 1) / cn;
+  const auto th = static_cast<std::uint64_t>(threads_for(0, units * groups));
+  const std::uint64_t fewest = blocks::ceil_div(units, max_units);
+  const std::uint64_t nblocks =
+      std::min(units, blocks::ceil_div(blocks::ceil_div(fewest * groups, th) * th, groups));
+  const std::uint64_t tasks = nblocks * groups;
+  parallel_for(static_cast<int>(th), tasks, [&](std::uint64_t t) {
     alignas(64) float scratch[budget];
-    const std::uint64_t b = t % blocks, g = t / blocks;
-    const std::uint64_t j0 = b * jb;
+    const std::uint64_t b = t % nblocks, g = t / nblocks;
+    const std::uint64_t j0 = 16 * (b * units / nblocks);
+    const std::uint64_t j1 = std::min(cols, 16 * ((b + 1) * units / nblocks));
     const auto c0 = static_cast<std::uint32_t>(g * cn);
-    psgd_q_block(m, p, rows, j0, std::min(jb, cols - j0), c0,
+    psgd_q_block(m, p, rows, j0, j1 - j0, c0,
                  static_cast<std::uint32_t>(std::min<std::uint64_t>(cn, r - c0)), scratch, out);
   });
 }
@@ -1041,10 +1047,13 @@ struct psgd_q_out_rows {
   }
 };
 
+//! 32768 floats: 128 KiB of stack per task, blocks of up to 896 columns for rank 4 and 4096
+//! rows, against 448 with 16384 (BM_phase_compute_q/1 on the AVX2 VM 19.2-23.8 -> 16.6-20.6
+//! ms); 65536 measured no faster (docs/performance.md, "PowerSGD's phase Q pass").
 inline void psgd_phase_compute_q(const float* m, std::uint64_t rows, std::uint64_t cols,
                                  const float* p, std::uint32_t r, float* q) {
   if (rows * cols == 0) return;
-  psgd_compute_q_bounded<16384>(psgd_src_f32{m, cols}, psgd_mat{const_cast<float*>(p), r, 1}, rows,
+  psgd_compute_q_bounded<32768>(psgd_src_f32{m, cols}, psgd_mat{const_cast<float*>(p), r, 1}, rows,
                                 cols, r, psgd_q_out_rows{q, r});
 }
 

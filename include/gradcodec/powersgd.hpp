@@ -13,7 +13,8 @@
 //! work on them). Shapes: the matrix has rows = view.rows (1 when view.rows is 0) and
 //! cols = n / rows; r = powersgd_rank(spec, rows, cols); P is rows x r and Q is cols x r,
 //! both row-major f32. Every sum is the canonical sum of docs/codecs.md, so every rank and
-//! every backend computes identical bits. No function allocates; spans must not overlap.
+//! every backend computes identical bits. No function allocates (on the host, compute_q and
+//! project_q keep their scratch on the stack: up to 128 KiB per thread); spans must not overlap.
 //! On any error status nothing was written.
 //!
 //! The state (Q, residual and a caller step counter) can be checkpointed with
