@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "../src/backend.hpp"
 #include "../src/powersgd_kernels.hpp"
 #include "../src/scalar_values.hpp"
+#include "../src/vote_kernels.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/layout.hpp"

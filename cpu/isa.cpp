@@ -11,6 +11,7 @@
 
 #include "../src/backend.hpp"
 #include "../src/powersgd_kernels.hpp"
+#include "../src/vote_kernels.hpp"
 #include "gradcodec/cpu.hpp"
 
 namespace gradcodec {
@@ -18,14 +19,17 @@ namespace cpu {
 namespace scalar {
 const detail::backend_table* table() noexcept;
 const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
+const detail::vote_kernels* vote_kernels() noexcept;
 }  // namespace scalar
 namespace avx2 {
 const detail::backend_table* table() noexcept;
 const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
+const detail::vote_kernels* vote_kernels() noexcept;
 }  // namespace avx2
 namespace avx512 {
 const detail::backend_table* table() noexcept;
 const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
+const detail::vote_kernels* vote_kernels() noexcept;
 }  // namespace avx512
 }  // namespace cpu
 
@@ -42,22 +46,29 @@ namespace {
 #define GRADCODEC_CPU_HAVE_AVX512 0
 #endif
 
-//! A variant's codec table and PowerSGD phase kernels; nulls when the build left it out.
+//! A variant's codec table, PowerSGD phase kernels and majority vote; nulls when the build
+//! left it out.
 struct variant {
   const detail::backend_table* table = nullptr;
   const detail::powersgd_kernels* powersgd = nullptr;
+  const detail::vote_kernels* vote = nullptr;
 };
 
 variant variant_of(cpu_isa isa) noexcept {
   switch (isa) {
 #if GRADCODEC_CPU_HAVE_AVX512
-    case cpu_isa::avx512: return {cpu::avx512::table(), cpu::avx512::powersgd_phase_kernels()};
+    case cpu_isa::avx512:
+      return {cpu::avx512::table(), cpu::avx512::powersgd_phase_kernels(),
+              cpu::avx512::vote_kernels()};
 #endif
 #if GRADCODEC_CPU_HAVE_AVX2
-    case cpu_isa::avx2: return {cpu::avx2::table(), cpu::avx2::powersgd_phase_kernels()};
+    case cpu_isa::avx2:
+      return {cpu::avx2::table(), cpu::avx2::powersgd_phase_kernels(), cpu::avx2::vote_kernels()};
 #endif
 #if GRADCODEC_CPU_HAVE_SCALAR
-    case cpu_isa::scalar: return {cpu::scalar::table(), cpu::scalar::powersgd_phase_kernels()};
+    case cpu_isa::scalar:
+      return {cpu::scalar::table(), cpu::scalar::powersgd_phase_kernels(),
+              cpu::scalar::vote_kernels()};
 #endif
     default: return {};
   }
@@ -188,6 +199,11 @@ const backend_table* cpu_backend_table() noexcept {
 const powersgd_kernels* cpu_powersgd_phase_kernels() noexcept {
   const cpu_isa isa = cpu_isa_active();
   return cpu_isa_supported(isa) ? variant_of(isa).powersgd : nullptr;
+}
+
+const vote_kernels* cpu_vote_kernels() noexcept {
+  const cpu_isa isa = cpu_isa_active();
+  return cpu_isa_supported(isa) ? variant_of(isa).vote : nullptr;
 }
 
 }  // namespace detail

@@ -15,6 +15,7 @@
 #include "kernels/select-inl.hpp"
 #include "kernels/sign-inl.hpp"
 #include "kernels/sparse-inl.hpp"
+#include "kernels/vote-inl.hpp"
 
 const detail::backend_table* table() noexcept {
   // A codec without an entry here runs on the reference backend under backend::automatic

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! signSGD majority vote over `sign` frames (docs/codecs.md "Majority vote").
+//! signSGD majority vote over `sign` frames (docs/codecs.md "Majority vote"): the checks of
+//! the public function, and the scalar kernel that is the oracle for the CPU backend's
+//! (src/vote_kernels.hpp).
 #include "gradcodec/vote.hpp"
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/frame.hpp"
 #include "scalar_values.hpp"
+#include "vote_kernels.hpp"
 
 namespace gradcodec {
 namespace {
@@ -27,28 +30,17 @@ status frame_error(status_code code, std::size_t index, const char* what) {
   return {code, msg};
 }
 
-//! The at most four values a vote writes (alpha, -alpha, alpha * 0 and the canonical NaN),
-//! encoded once in the output's dtype. A NaN product (a NaN alpha, or an infinite one times
-//! 0) is stored as the canonical NaN: compilers fold `alpha * -1.0f` into a sign flip while
-//! the hardware keeps a NaN's sign, so its bits would depend on the build.
-struct vote_values {
-  std::byte bits[4][4];  // [0] positive sum, [1] negative sum, [2] tie, [3] poisoned bucket
-  std::uint64_t size;
-  void set(int which, float x, dtype t) {
-    x = detail::canonical_nan(x);
-    switch (t) {
-      case dtype::f32: std::memcpy(bits[which], &x, 4); return;
-      case dtype::f16: put16(which, blocks::f32_to_f16(x)); return;
-      case dtype::bf16: put16(which, blocks::f32_to_bf16(x)); return;
-    }
-  }
-  void put16(int which, std::uint16_t h) { std::memcpy(bits[which], &h, 2); }
-};
+void put16(std::byte* dst, std::uint16_t h) { std::memcpy(dst, &h, 2); }
 
-float scale_of(const_bytes frame, const blocks::bucket_layout& l, std::uint64_t b) {
-  float s;
-  std::memcpy(&s, frame.data() + header_bytes + l.scales_offset + b * 4, 4);
-  return s;
+//! The bytes of x in dtype t, its NaN canonical: compilers fold `alpha * -1.0f` into a sign
+//! flip while the hardware keeps a NaN's sign, so a NaN's bits would depend on the build.
+void vote_value_bytes(std::byte* dst, float x, dtype t) {
+  x = detail::canonical_nan(x);
+  switch (t) {
+    case dtype::f32: std::memcpy(dst, &x, 4); return;
+    case dtype::f16: put16(dst, blocks::f32_to_f16(x)); return;
+    case dtype::bf16: put16(dst, blocks::f32_to_bf16(x)); return;
+  }
 }
 
 //! Code bits of elements [i, i + 56) of a frame (fewer at the end of the stream), bit j
@@ -82,12 +74,12 @@ constexpr std::array<std::uint64_t, 256> spread = make_spread();
 //! the byte counters are read as bytes, and full runs leave by a fixed-size copy: 2^26
 //! elements, 4 frames, `bench_sign` majority_vote/4: 309 -> 48 ms (docs/performance.md).
 template <class Word>
-void vote_bucket(std::span<const const_bytes> frames, const blocks::bucket_layout& l,
-                 const vote_values& v, std::uint64_t begin, std::uint64_t end, std::byte* dst) {
+void vote_bucket(const detail::vote_call& c, std::uint64_t begin, std::uint64_t end,
+                 std::byte* dst) {
   constexpr std::uint64_t run = 56;
   Word value[3];
-  for (int k = 0; k < 3; ++k) std::memcpy(&value[k], v.bits[k], sizeof(Word));
-  const auto votes = static_cast<std::uint32_t>(frames.size());
+  for (int k = 0; k < 3; ++k) std::memcpy(&value[k], c.values[k], sizeof(Word));
+  const auto votes = static_cast<std::uint32_t>(c.frames.size());
   // sum = votes - 2 * neg: positive when 2 * neg < votes (neg < above), negative when
   // 2 * neg > votes (neg > below), 0 at a tie.
   const std::uint32_t above = (votes + 1) / 2, below = votes / 2;
@@ -105,9 +97,8 @@ void vote_bucket(std::span<const const_bytes> frames, const blocks::bucket_layou
     const auto len = static_cast<unsigned>(std::min(run, end - i));
     if (votes <= 255) {
       std::uint64_t lanes[run / 8] = {};
-      for (const const_bytes& frame : frames) {
-        const std::uint64_t w =
-            bits_at(frame.data() + header_bytes + l.codes_offset, l.codes_bytes, i);
+      for (std::size_t f = 0; f < c.frames.size(); ++f) {
+        const std::uint64_t w = bits_at(detail::vote_codes(c, f), c.layout.codes_bytes, i);
         for (unsigned k = 0; k < run / 8; ++k) lanes[k] += spread[(w >> (8 * k)) & 0xFFu];
       }
       // Byte j % 8 of lanes[j / 8] counts element j.
@@ -121,9 +112,8 @@ void vote_bucket(std::span<const const_bytes> frames, const blocks::bucket_layou
       choose(neg);
     } else {
       std::uint32_t neg[run] = {};
-      for (const const_bytes& frame : frames) {
-        const std::uint64_t w =
-            bits_at(frame.data() + header_bytes + l.codes_offset, l.codes_bytes, i);
+      for (std::size_t f = 0; f < c.frames.size(); ++f) {
+        const std::uint64_t w = bits_at(detail::vote_codes(c, f), c.layout.codes_bytes, i);
         for (unsigned j = 0; j < run; ++j) neg[j] += static_cast<std::uint32_t>((w >> j) & 1u);
       }
       choose(neg);
@@ -135,11 +125,37 @@ void vote_bucket(std::span<const const_bytes> frames, const blocks::bucket_layou
   }
 }
 
+void scalar_vote(const detail::vote_call& c) {
+  const std::uint64_t size = dtype_size(c.out.type);
+  auto* dst = static_cast<std::byte*>(c.out.data);
+  for (std::uint64_t b = 0; b < c.layout.buckets; ++b) {
+    const std::uint64_t begin = b * c.bucket;
+    const std::uint64_t end = std::min(c.n, begin + c.bucket);
+    if (detail::vote_poisoned(c, b)) {
+      for (std::uint64_t i = begin; i < end; ++i) std::memcpy(dst + i * size, c.values[3], size);
+      continue;
+    }
+    if (size == 4)
+      vote_bucket<std::uint32_t>(c, begin, end, dst);
+    else
+      vote_bucket<std::uint16_t>(c, begin, end, dst);
+  }
+}
+
 }  // namespace
 
-status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out,
-                          float alpha) noexcept {
+namespace detail {
+
+const vote_kernels& vote_scalar_kernels() noexcept {
+  static const vote_kernels k{"scalar-reference", scalar_vote};
+  return k;
+}
+
+status majority_vote_with(const vote_kernels& k, std::span<const const_bytes> frames,
+                          tensor_view out, float alpha) noexcept {
   if (frames.empty()) return {status_code::invalid_argument, "majority vote of no frames"};
+  if (frames.size() > 0xFFFFFFFFu)  // the counts are 32-bit
+    return {status_code::invalid_argument, "majority vote of more than 2^32 - 1 frames"};
   if (!dtype_valid(static_cast<std::uint8_t>(out.type)))
     return {status_code::invalid_argument, "output: unknown dtype"};
   if (out.n > 0 && out.data == nullptr) return {status_code::invalid_argument, "output: null data"};
@@ -166,30 +182,24 @@ status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out,
   if (out.n != n)
     return {status_code::shape_mismatch, "output length differs from the frames' element count"};
 
-  const blocks::bucket_layout l = blocks::bucket_layout_of(n, bucket, 1, 1);
-  vote_values v{};
-  v.size = dtype_size(out.type);
-  v.set(0, alpha * 1.0f, out.type);
-  v.set(1, alpha * -1.0f, out.type);
-  v.set(2, alpha * 0.0f, out.type);
-  v.set(3, std::numeric_limits<float>::quiet_NaN(), out.type);
-  auto* dst = static_cast<std::byte*>(out.data);
-  for (std::uint64_t b = 0; b < l.buckets; ++b) {
-    const std::uint64_t begin = b * bucket;
-    const std::uint64_t end = std::min(n, begin + bucket);
-    bool poisoned = false;
-    for (const const_bytes& frame : frames)
-      poisoned = poisoned || std::isnan(scale_of(frame, l, b));
-    if (poisoned) {
-      for (std::uint64_t i = begin; i < end; ++i) std::memcpy(dst + i * v.size, v.bits[3], v.size);
-      continue;
-    }
-    if (v.size == 4)
-      vote_bucket<std::uint32_t>(frames, l, v, begin, end, dst);
-    else
-      vote_bucket<std::uint16_t>(frames, l, v, begin, end, dst);
-  }
+  vote_call c{frames, blocks::bucket_layout_of(n, bucket, 1, 1), n, bucket, out, {}};
+  vote_value_bytes(c.values[0], alpha * 1.0f, out.type);
+  vote_value_bytes(c.values[1], alpha * -1.0f, out.type);
+  vote_value_bytes(c.values[2], alpha * 0.0f, out.type);
+  vote_value_bytes(c.values[3], std::numeric_limits<float>::quiet_NaN(), out.type);
+  k.vote(c);
   return {};
+}
+
+}  // namespace detail
+
+status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out,
+                          float alpha) noexcept {
+#if GRADCODEC_HAVE_CPU_BACKEND
+  if (const detail::vote_kernels* k = detail::cpu_vote_kernels())
+    return detail::majority_vote_with(*k, frames, out, alpha);
+#endif
+  return detail::majority_vote_with(detail::vote_scalar_kernels(), frames, out, alpha);
 }
 
 }  // namespace gradcodec

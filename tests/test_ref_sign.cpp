@@ -15,6 +15,7 @@
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/gradcodec.hpp"
+#include "vote_kernels.hpp"
 
 namespace gc = gradcodec;
 using gradcodec::blocks::bf16_to_f32;
@@ -493,13 +494,22 @@ TEST(Vote, CountsEveryElementAcrossWordAndBucketBoundaries) {
         f.push_back(sign_frame_of(v, bucket));
       }
       const std::vector<gc::const_bytes> frames(f.begin(), f.end());
-      std::vector<float> out(n, 99.0f);
-      ASSERT_TRUE(gc::sign_majority_vote(frames, gc::view(out), 1.0f).ok());
-      for (std::size_t i = 0; i < n; ++i) {
-        int sum = 0;
-        for (const auto& v : signs) sum += v[i];
-        const float want = sum > 0 ? 1.0f : sum < 0 ? -1.0f : 0.0f;
-        ASSERT_EQ(out[i], want) << "bucket " << bucket << " voters " << voters << " element " << i;
+      // The public function (the CPU backend's kernel where there is one) and the scalar
+      // oracle that kernel is tested against (test_cpu_vote).
+      for (bool oracle : {false, true}) {
+        std::vector<float> out(n, 99.0f);
+        const gc::status st =
+            oracle ? gc::detail::majority_vote_with(gc::detail::vote_scalar_kernels(), frames,
+                                                    gc::view(out), 1.0f)
+                   : gc::sign_majority_vote(frames, gc::view(out), 1.0f);
+        ASSERT_TRUE(st.ok()) << st.message();
+        for (std::size_t i = 0; i < n; ++i) {
+          int sum = 0;
+          for (const auto& v : signs) sum += v[i];
+          const float want = sum > 0 ? 1.0f : sum < 0 ? -1.0f : 0.0f;
+          ASSERT_EQ(out[i], want) << "bucket " << bucket << " voters " << voters << " element "
+                                  << i << (oracle ? " (oracle)" : "");
+        }
       }
     }
   }

@@ -12,9 +12,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "gradcodec/cpu.hpp"
 #include "gradcodec/gradcodec.hpp"
 #include "micro_common.hpp"
 
@@ -132,8 +134,11 @@ void BM_decode(benchmark::State& state, const std::string& text, bool accumulate
 //! signSGD majority vote of `voters` sign:scale=mean frames (the comm layer's majority_vote
 //! strategy after its allgather): each voter's gradient is the data rotated by a different
 //! offset, so the votes disagree as real ranks' do. Reads the frames, writes n f32 values.
+//! Arguments: voters, threads, and the output's offset in bytes from a 64-byte boundary (a
+//! torch tensor's buffer is aligned; an offset one is written without streaming stores).
 void BM_majority_vote(benchmark::State& state) {
   const auto voters = static_cast<std::size_t>(state.range(0));
+  gc::set_cpu_default_threads(static_cast<int>(state.range(1)));
   const auto spec = gc::parse_spec("sign:scale=mean").value();
   const std::vector<float>& x = data();
   std::vector<std::vector<std::byte>> frames;
@@ -148,12 +153,16 @@ void BM_majority_vote(benchmark::State& state) {
     frames.push_back(std::move(f));
   }
   const std::vector<gc::const_bytes> views(frames.begin(), frames.end());
-  std::vector<float> out(x.size(), 0.0f);
+  std::vector<float> storage(x.size() + 32, 0.0f);
+  float* base = storage.data();
+  while (reinterpret_cast<std::uintptr_t>(base) % 64 != 0) ++base;
+  const std::span<float> out(base + state.range(2) / 4, x.size());
   for (auto _ : state) {
     if (auto st = gc::sign_majority_vote(views, gc::view(out), 0.25f); !st.ok())
       state.SkipWithError(st.message());
     benchmark::ClobberMemory();
   }
+  gc::set_cpu_default_threads(0);
   set_bytes(state, n_elems() * (4.0 + static_cast<double>(voters) / 8));
 }
 
@@ -167,8 +176,12 @@ int register_all() {
   benchmark::RegisterBenchmark("two_pass_scaled_sign/feedback", BM_two_pass_feedback)
       ->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("majority_vote", BM_majority_vote)
-      ->Arg(4)
-      ->Arg(16)
+      ->Args({4, 1, 0})
+      ->Args({16, 1, 0})
+      ->Args({4, 2, 0})
+      ->Args({16, 2, 0})
+      ->Args({4, 1, 4})
+      ->Args({4, 2, 4})
       ->Unit(benchmark::kMillisecond);
   for (const char* s : kSpecs) {
     const std::string name(s);

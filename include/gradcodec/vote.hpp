@@ -19,7 +19,9 @@ namespace gradcodec {
 //! Every frame must be a well-formed `sign` frame of exactly its frame_bytes() (else
 //! corrupt_frame, or unsupported_version), all with the same n and bucket size, and out.n
 //! must equal n (else shape_mismatch); an empty list is invalid_argument. All frames are
-//! checked before anything is written; nothing is allocated.
+//! checked before anything is written; nothing is allocated. On the CPU backend it runs with
+//! cpu_default_threads() threads and the active ISA; every thread count and ISA writes the
+//! same bytes.
 status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out,
                           float alpha = 1.0f) noexcept;
 
