@@ -507,8 +507,8 @@ TEST(Vote, CountsEveryElementAcrossWordAndBucketBoundaries) {
           int sum = 0;
           for (const auto& v : signs) sum += v[i];
           const float want = sum > 0 ? 1.0f : sum < 0 ? -1.0f : 0.0f;
-          ASSERT_EQ(out[i], want) << "bucket " << bucket << " voters " << voters << " element "
-                                  << i << (oracle ? " (oracle)" : "");
+          ASSERT_EQ(out[i], want) << "bucket " << bucket << " voters " << voters << " element " << i
+                                  << (oracle ? " (oracle)" : "");
         }
       }
     }
