@@ -4,9 +4,10 @@
 // plain stores (cpu/kernels/quant-inl.hpp). The other CPU tests stay below that size, so
 // this is the only test of that path: values identical to the reference on every ISA and
 // thread count, nothing written past the output, and unaligned outputs of the same size
-// (plain stores) identical too. Sparse codecs ride along: their decode at this size spans
-// many tasks. (A streaming zero fill for sparse decode was tried and measured no faster
-// on the development VM: 37.2 ms against 37.1 ms for 2^26 f32, one thread.)
+// (plain stores) identical too. The sparse decode (cpu/kernels/sparse-inl.hpp) takes the
+// same kind of path from 16 MiB of output on, in any output dtype: each block is built in
+// an L1 buffer and copied out with streaming stores; the half-precision test below covers
+// its f16 and bf16 outputs.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -92,6 +93,43 @@ TEST(CpuLargeOutput, StreamingDecodeMatchesReference) {
           ASSERT_TRUE(decode_into(frame, got.view(), gc::backend::cpu, threads).ok());
           EXPECT_EQ(std::memcmp(got.data(), want.data(), kN * 4), 0);
           EXPECT_TRUE(got.guard_untouched());
+        }
+      }
+    }
+  }
+}
+
+// f16 and bf16 outputs of kN elements (32 MiB) at 0 or 1 element past a 64-byte boundary:
+// the sparse decode's staged streaming path, and its plain path.
+TEST(CpuLargeOutput, SparseDecodeIntoHalfOutputsMatchesReference) {
+  isa_guard restore;
+  auto x = gc::test::gaussian(kN, 23);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  const gc::context ctx{8, 9, 10};
+  for (const char* s : {"topk:ratio=0.01", "threshold:tau=1.5"}) {
+    const gc::codec_spec spec = gc::parse_spec(s).value();
+    const auto frame = encode_on(spec, ctx, gc::view(x), gc::backend::cpu, 2);
+    ASSERT_FALSE(frame.empty()) << s;
+    for (gc::dtype out_type : {gc::dtype::f16, gc::dtype::bf16}) {
+      std::vector<std::uint16_t> want(kN);
+      ASSERT_TRUE(
+          decode_into(frame, {want.data(), kN, out_type, 0}, gc::backend::reference, 1).ok());
+      for (auto isa : supported_isas()) {
+        ASSERT_TRUE(gc::set_cpu_isa(isa).ok());
+        for (int threads : {1, 2}) {
+          for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+            SCOPED_TRACE(std::string(s) + " " + std::string(gc::dtype_name(out_type)) + " " +
+                         std::string(gc::cpu_isa_name(isa)) + " threads=" +
+                         std::to_string(threads) + " offset=" + std::to_string(offset));
+            // The f32 buffer's memory, used as halves: kN + offset halves fit in its first half.
+            output_buffer mem(kN, 0);
+            auto* got = reinterpret_cast<std::uint16_t*>(mem.data()) + offset;
+            ASSERT_TRUE(decode_into(frame, {got, kN, out_type, 0}, gc::backend::cpu, threads).ok());
+            EXPECT_EQ(std::memcmp(got, want.data(), kN * 2), 0);
+            std::uint16_t after;
+            std::memcpy(&after, got + kN, 2);
+            EXPECT_EQ(after, 0xA5A5u);  // the poison just past the output
+          }
         }
       }
     }
