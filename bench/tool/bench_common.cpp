@@ -94,7 +94,7 @@ std::uint64_t matrix_rows(std::uint64_t n) {
   return std::max<std::uint64_t>(r, 1);
 }
 
-void fill_gradient(std::vector<float>& x, std::uint64_t stream) {
+void fill_gradient(std::span<float> x, std::uint64_t stream) {
   std::uint64_t s = 0x9e3779b97f4a7c15ull ^ stream * 0xd1b54a32d192ed03ull;
   const auto next = [&s] {
     s += 0x9e3779b97f4a7c15ull;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,7 @@ std::string json_number(double v);
 //! Gradient-like data: a sum of four uniforms (near Gaussian), one element in 64 ten times
 //! larger for a heavy tail, from a fixed integer hash so every run sees the same values.
 //! stream 0 is the data of `gradcodec bench`; bench --allreduce gives rank r stream r + 1.
-void fill_gradient(std::vector<float>& x, std::uint64_t stream = 0);
+void fill_gradient(std::span<float> x, std::uint64_t stream = 0);
 
 //! PowerSGD's matrix in both benchmarks: rows = the largest divisor of n not above sqrt(n)
 //! (a near-square matrix).

@@ -10,7 +10,7 @@
 
 namespace gradcodec::tool {
 
-double rel_error(const float* a, const std::vector<float>& x) {
+double rel_error(const float* a, std::span<const float> x) {
   double e2 = 0, r2 = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double d = static_cast<double>(a[i]) - x[i];

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <iostream>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ struct record {
 };
 
 //! ||a - x|| / ||x|| in double (the relative error of a decode).
-double rel_error(const float* a, const std::vector<float>& x);
+double rel_error(const float* a, std::span<const float> x);
 
 //! Writes every record (measured ones under "records", noted ones under "notes").
 void write_json(const std::string& path, const std::vector<record>& records);
