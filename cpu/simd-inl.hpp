@@ -620,6 +620,11 @@ GRADCODEC_VINLINE unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
 // Stores made with it are weakly ordered: a task that used it calls vstream_fence() before
 // it ends, so the caller sees the values after the join. Values are those of vstore.
 
+//! Outputs at least this large are written with vstream (sign, sparse, the vote): larger
+//! than the caches, they would be evicted before use anyway, and skipping the
+//! read-for-ownership of every output line is most of the write bandwidth.
+inline constexpr std::uint64_t stream_store_bytes = std::uint64_t{1} << 24;
+
 #if GRADCODEC_CPU_LEVEL == 2
 GRADCODEC_VINLINE void vstream(float* p, vf16 a) { _mm512_stream_ps(p, a.v); }
 GRADCODEC_VINLINE void vstream_fence() { _mm_sfence(); }

@@ -22,11 +22,6 @@ enum class sign_rule : std::uint8_t { none, mean, l2, onebit };
 
 inline constexpr unsigned sign_scales(sign_rule r) { return r == sign_rule::onebit ? 2u : 1u; }
 
-//! f32 decode outputs at least this large use streaming stores: larger than the caches,
-//! they would be evicted before use anyway, and skipping the read-for-ownership of every
-//! output line is most of the write bandwidth.
-inline constexpr std::uint64_t sign_stream_bytes = std::uint64_t{1} << 24;
-
 //! Buckets up to this many elements prefetch the next bucket during their in-cache passes.
 inline constexpr std::uint64_t sign_prefetch_max = 4096;
 
@@ -389,7 +384,7 @@ inline status sign_decode_run(const detail::decode_call& c, bool onebit) {
   const blocks::bucket_layout l = blocks::bucket_layout_of(n, bucket, onebit ? 2 : 1, 1);
   const std::uint64_t per = quant_buckets_per_task(bucket);
   const std::uint64_t tasks = blocks::ceil_div(l.buckets, per);
-  const bool stream = !c.accumulate && c.out.type == dtype::f32 && n * 4 >= sign_stream_bytes &&
+  const bool stream = !c.accumulate && c.out.type == dtype::f32 && n * 4 >= stream_store_bytes &&
                       reinterpret_cast<std::uintptr_t>(c.out.data) % 4 == 0;
   with_dtype(c.out.type, [&]<dtype O>() {
     parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {

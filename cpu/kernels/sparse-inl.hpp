@@ -209,7 +209,7 @@ inline status sparse_decode(const detail::decode_call& c) {
   // with streaming stores, so each of its lines is written once and never read for
   // ownership. Large outputs of PyTorch's CPU allocator start on such a boundary.
   const bool stream =
-      n * osize >= sign_stream_bytes && reinterpret_cast<std::uintptr_t>(out) % 64 == 0;
+      n * osize >= stream_store_bytes && reinterpret_cast<std::uintptr_t>(out) % 64 == 0;
   const std::uint64_t tasks = blocks::ceil_div(n, sel_grain);
   parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
     const std::uint64_t b = t * sel_grain, e = std::min(n, b + sel_grain);
@@ -222,22 +222,23 @@ inline status sparse_decode(const detail::decode_call& c) {
         hi = mid;
     }
     std::uint64_t j = lo;
+    // Elements [sb, se) zeroed and their entries written into dst, which holds element sb.
+    const auto fill = [&](std::byte* dst, std::uint64_t sb, std::uint64_t se) {
+      std::memset(dst, 0, (se - sb) * osize);
+      for (std::uint64_t i; j < k && (i = index_at(j)) < se; ++j)
+        store_value(dst, c.out.type, i - sb, canonical_nan(get_value(values + j * vsize, wire)));
+    };
     for (std::uint64_t sb = b; sb < e; sb += sparse_decode_block) {
       const std::uint64_t se = std::min(e, sb + sparse_decode_block);
-      if (stream && se - sb == sparse_decode_block) {  // whole lines: sb * osize % 64 == 0
-        alignas(64) std::byte stage[sparse_decode_block * 4];
-        std::memset(stage, 0, sparse_decode_block * osize);
-        for (std::uint64_t i; j < k && (i = index_at(j)) < se; ++j)
-          store_value(stage, c.out.type, i - sb,
-                      canonical_nan(get_value(values + j * vsize, wire)));
-        for (std::uint64_t at = 0; at < sparse_decode_block * osize; at += 64)
-          vstream(reinterpret_cast<float*>(out + sb * osize + at),
-                  vload(reinterpret_cast<const float*>(stage + at)));
+      if (!stream || se - sb < sparse_decode_block) {
+        fill(out + sb * osize, sb, se);
         continue;
       }
-      std::memset(out + sb * osize, 0, (se - sb) * osize);
-      for (std::uint64_t i; j < k && (i = index_at(j)) < se; ++j)
-        store_value(c.out.data, c.out.type, i, canonical_nan(get_value(values + j * vsize, wire)));
+      alignas(64) std::byte stage[sparse_decode_block * 4];  // whole lines: sb * osize % 64 == 0
+      fill(stage, sb, se);
+      for (std::uint64_t at = 0; at < sparse_decode_block * osize; at += 64)
+        vstream(reinterpret_cast<float*>(out + sb * osize + at),
+                vload(reinterpret_cast<const float*>(stage + at)));
     }
     if (stream) vstream_fence();
   });

@@ -203,8 +203,8 @@ template <unsigned P>
 inline void vote_run_planes(const detail::vote_call& c) {
   const std::uint64_t tasks = blocks::ceil_div(c.n, vote_grain);
   const bool f32 = dtype_size(c.out.type) == 4;
-  const bool stream =
-      f32 && c.n * 4 >= sign_stream_bytes && reinterpret_cast<std::uintptr_t>(c.out.data) % 64 == 0;
+  const bool stream = f32 && c.n * 4 >= stream_store_bytes &&
+                      reinterpret_cast<std::uintptr_t>(c.out.data) % 64 == 0;
   parallel_for(threads_for(0, tasks), tasks, [&](std::uint64_t t) {
     const std::uint64_t b = t * vote_grain, e = std::min(c.n, b + vote_grain);
     if (!f32)
