@@ -620,7 +620,8 @@ GRADCODEC_VINLINE unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
 // Stores made with it are weakly ordered: a task that used it calls vstream_fence() before
 // it ends, so the caller sees the values after the join. Values are those of vstore.
 
-//! Outputs at least this large are written with vstream (sign, sparse, the vote): larger
+//! Outputs at least this large are written with vstream (sign, the vote, and the staged
+//! writes of cpu/kernels/staged-inl.hpp: sparse decode, casts): larger
 //! than the caches, they would be evicted before use anyway, and skipping the
 //! read-for-ownership of every output line is most of the write bandwidth.
 inline constexpr std::uint64_t stream_store_bytes = std::uint64_t{1} << 24;

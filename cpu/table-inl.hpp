@@ -7,6 +7,9 @@
 // The SIMD layer first: every kernel family is written against it.
 #include "simd-inl.hpp"
 
+// Shared by several kernel families.
+#include "kernels/staged-inl.hpp"
+
 #include "kernels/bitpack-inl.hpp"
 #include "kernels/cast-inl.hpp"
 #include "kernels/philox-inl.hpp"

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
-// Decoding into f32 outputs of 64 MiB and more that start on a 64-byte boundary: there the
-// bucketed quantizers' CPU decode writes whole cache lines with streaming stores instead of
-// plain stores (cpu/kernels/quant-inl.hpp). The other CPU tests stay below that size, so
-// this is the only test of that path: values identical to the reference on every ISA and
-// thread count, nothing written past the output, and unaligned outputs of the same size
-// (plain stores) identical too. The sparse decode (cpu/kernels/sparse-inl.hpp) takes the
-// same kind of path from 16 MiB of output on, in any output dtype: each block is built in
-// an L1 buffer and copied out with streaming stores; the half-precision test below covers
-// its f16 and bf16 outputs.
+// Outputs past the CPU kernels' streaming thresholds, where they write whole cache lines with
+// streaming stores instead of plain stores; the other CPU tests stay below those sizes, so
+// these are the only tests of those paths. Decoding into f32 outputs of 64 MiB and more:
+// the bucketed quantizers' decode streams from registers when the output starts on a
+// 64-byte boundary (cpu/kernels/quant-inl.hpp), sign's from any 4-byte aligned output. The
+// sparse decode and the casts write staged from 16 MiB of output on, in any dtype
+// (cpu/kernels/staged-inl.hpp): each block is built in an L1 buffer and copied out with
+// streaming stores, after a head up to the first 64-byte boundary (the scalar variant writes
+// in place). Each test compares with the reference on every ISA and thread count, at an
+// output on a 64-byte boundary and one element past it, and checks that nothing is written
+// past the output.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -77,7 +79,7 @@ TEST(CpuLargeOutput, StreamingDecodeMatchesReference) {
   x[kN - 2] = -std::numeric_limits<float>::infinity();
   const gc::context ctx{5, 6, 7};
   for (const char* s : {"qsgd:levels=7", "minmax:bits=4", "sign:scale=mean", "topk:ratio=0.01",
-                        "threshold:tau=2"}) {
+                        "threshold:tau=2", "fp16", "bf16"}) {
     const gc::codec_spec spec = gc::parse_spec(s).value();
     const auto frame = encode_on(spec, ctx, gc::view(x), gc::backend::cpu, 2);
     ASSERT_FALSE(frame.empty()) << s;
@@ -99,14 +101,14 @@ TEST(CpuLargeOutput, StreamingDecodeMatchesReference) {
   }
 }
 
-// f16 and bf16 outputs of kN elements (32 MiB) at 0 or 1 element past a 64-byte boundary:
-// the sparse decode's staged streaming path, and its plain path.
-TEST(CpuLargeOutput, SparseDecodeIntoHalfOutputsMatchesReference) {
+// f16 and bf16 outputs of kN elements (32 MiB) at 0 or 2 bytes past a 64-byte boundary: the
+// staged path without a head and with one (the scalar variant writes in place).
+TEST(CpuLargeOutput, StagedDecodeIntoHalfOutputsMatchesReference) {
   isa_guard restore;
   auto x = gc::test::gaussian(kN, 23);
   x[5] = std::numeric_limits<float>::quiet_NaN();
   const gc::context ctx{8, 9, 10};
-  for (const char* s : {"topk:ratio=0.01", "threshold:tau=1.5"}) {
+  for (const char* s : {"topk:ratio=0.01", "threshold:tau=1.5", "fp16", "bf16"}) {
     const gc::codec_spec spec = gc::parse_spec(s).value();
     const auto frame = encode_on(spec, ctx, gc::view(x), gc::backend::cpu, 2);
     ASSERT_FALSE(frame.empty()) << s;
@@ -117,17 +119,17 @@ TEST(CpuLargeOutput, SparseDecodeIntoHalfOutputsMatchesReference) {
       for (auto isa : supported_isas()) {
         ASSERT_TRUE(gc::set_cpu_isa(isa).ok());
         for (int threads : {1, 2}) {
-          for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+          for (std::size_t offset : {std::size_t{0}, std::size_t{2}}) {
             SCOPED_TRACE(std::string(s) + " " + std::string(gc::dtype_name(out_type)) + " " +
                          std::string(gc::cpu_isa_name(isa)) + " threads=" +
                          std::to_string(threads) + " offset=" + std::to_string(offset));
-            // The f32 buffer's memory, used as halves: kN + offset halves fit in its first half.
+            // The f32 buffer's memory, used as halves: kN + 1 halves fit in its first half.
             output_buffer mem(kN, 0);
-            auto* got = reinterpret_cast<std::uint16_t*>(mem.data()) + offset;
+            std::byte* got = reinterpret_cast<std::byte*>(mem.data()) + offset;
             ASSERT_TRUE(decode_into(frame, {got, kN, out_type, 0}, gc::backend::cpu, threads).ok());
             EXPECT_EQ(std::memcmp(got, want.data(), kN * 2), 0);
             std::uint16_t after;
-            std::memcpy(&after, got + kN, 2);
+            std::memcpy(&after, got + kN * 2, 2);
             EXPECT_EQ(after, 0xA5A5u);  // the poison just past the output
           }
         }

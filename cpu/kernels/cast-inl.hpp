@@ -69,25 +69,50 @@ inline status cast_encode_feedback(const detail::feedback_call& f) {
   return cast_run(f.enc, f.residual);
 }
 
+//! Decodes elements [sb, se) of the half payload (H) to dst (dtype O, element sb there);
+//! Acc: dst += alpha * decoded.
+template <dtype H, dtype O, bool Acc>
+inline void cast_decode_range(const std::byte* payload, vf16 alpha, std::byte* dst,
+                              std::uint64_t sb, std::uint64_t se) {
+  std::uint64_t i = sb;
+  for (; i + 16 <= se; i += 16) {
+    vf16 v = vload_typed<H>(payload, i);
+    if constexpr (Acc) v = vfma(alpha, v, vload_typed<O>(dst, i - sb));
+    vstore_typed<O>(dst, i - sb, vcanonical_nan(v));
+  }
+  if (i < se) {
+    const unsigned r = static_cast<unsigned>(se - i);
+    vf16 v = vload_typed_n<H>(payload, i, r);
+    if constexpr (Acc) v = vfma(alpha, v, vload_typed_n<O>(dst, i - sb, r));
+    vstore_typed_n<O>(dst, i - sb, vcanonical_nan(v), r);
+  }
+}
+
 inline status cast_decode(const detail::decode_call& c) {
   const dtype half = c.hdr.codec == codec_id::fp16 ? dtype::f16 : dtype::bf16;
   const std::uint64_t n = c.hdr.n;
   const std::uint64_t tasks = blocks::ceil_div(n, stream_grain);
   const vf16 alpha = vset1(c.alpha);
-  parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
-    const std::uint64_t begin = t * stream_grain, end = std::min(n, begin + stream_grain);
-    std::uint64_t i = begin;
-    for (; i + 16 <= end; i += 16) {
-      vf16 v = vload_any(c.payload, half, i);
-      if (c.accumulate) v = vfma(alpha, v, vload_any(c.out.data, c.out.type, i));
-      vstore_any(c.out.data, c.out.type, i, vcanonical_nan(v));
-    }
-    if (i < end) {
-      const unsigned r = static_cast<unsigned>(end - i);
-      vf16 v = vload_any_n(c.payload, half, i, r);
-      if (c.accumulate) v = vfma(alpha, v, vload_any_n(c.out.data, c.out.type, i, r));
-      vstore_any_n(c.out.data, c.out.type, i, vcanonical_nan(v), r);
-    }
+  auto* out = static_cast<std::byte*>(c.out.data);
+  const std::size_t osize = dtype_size(c.out.type);
+  // A large output that nothing reads first is written staged.
+  const bool staged = !c.accumulate && staged_output(out, n, osize);
+  const auto run = [&]<dtype H, dtype O, bool Acc>() {
+    parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
+      const std::uint64_t begin = t * stream_grain, end = std::min(n, begin + stream_grain);
+      write_staged(out, osize, begin, end, staged,
+                   [&](std::byte* dst, std::uint64_t sb, std::uint64_t se) {
+                     cast_decode_range<H, O, Acc>(c.payload, alpha, dst, sb, se);
+                   });
+    });
+  };
+  with_dtype(c.out.type, [&]<dtype O>() {
+    if (half == dtype::f16)
+      c.accumulate ? run.template operator()<dtype::f16, O, true>()
+                   : run.template operator()<dtype::f16, O, false>();
+    else
+      c.accumulate ? run.template operator()<dtype::bf16, O, true>()
+                   : run.template operator()<dtype::bf16, O, false>();
   });
   return {};
 }

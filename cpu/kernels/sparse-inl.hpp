@@ -131,10 +131,6 @@ inline status topk_encode_feedback(const detail::feedback_call& f) {
 
 // ---- Sparse decode (topk, dgc, threshold) -----------------------------------------------
 
-//! Elements zero-filled and scattered into at a time: 16 KiB of f32, in L1 between the two.
-inline constexpr std::uint64_t sparse_decode_block = 4096;
-static_assert(sel_grain % sparse_decode_block == 0);
-
 inline status sparse_decode(const detail::decode_call& c) {
   const std::uint64_t n = c.hdr.n, k = c.hdr.count;
   const bool index64 = (c.hdr.flags & flag_index64) != 0;
@@ -204,12 +200,10 @@ inline status sparse_decode(const detail::decode_call& c) {
     });
     return {};
   }
-  // Zero fill and scatter, in blocks small enough to stay in L1 between the two. A large
-  // output on a 64-byte boundary is built block by block in an L1 buffer and copied out
-  // with streaming stores, so each of its lines is written once and never read for
-  // ownership. Large outputs of PyTorch's CPU allocator start on such a boundary.
-  const bool stream =
-      n * osize >= stream_store_bytes && reinterpret_cast<std::uintptr_t>(out) % 64 == 0;
+  // Zero fill and scatter, one block at a time, so that the block stays in L1 between the
+  // two; a large output is written staged (cpu/kernels/staged-inl.hpp). Large outputs of
+  // PyTorch's CPU allocator start on a 64-byte boundary.
+  const bool staged = staged_output(out, n, osize);
   const std::uint64_t tasks = blocks::ceil_div(n, sel_grain);
   parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
     const std::uint64_t b = t * sel_grain, e = std::min(n, b + sel_grain);
@@ -222,25 +216,11 @@ inline status sparse_decode(const detail::decode_call& c) {
         hi = mid;
     }
     std::uint64_t j = lo;
-    // Elements [sb, se) zeroed and their entries written into dst, which holds element sb.
-    const auto fill = [&](std::byte* dst, std::uint64_t sb, std::uint64_t se) {
+    write_staged(out, osize, b, e, staged, [&](std::byte* dst, std::uint64_t sb, std::uint64_t se) {
       std::memset(dst, 0, (se - sb) * osize);
       for (std::uint64_t i; j < k && (i = index_at(j)) < se; ++j)
         store_value(dst, c.out.type, i - sb, canonical_nan(get_value(values + j * vsize, wire)));
-    };
-    for (std::uint64_t sb = b; sb < e; sb += sparse_decode_block) {
-      const std::uint64_t se = std::min(e, sb + sparse_decode_block);
-      if (!stream || se - sb < sparse_decode_block) {
-        fill(out + sb * osize, sb, se);
-        continue;
-      }
-      alignas(64) std::byte stage[sparse_decode_block * 4];  // whole lines: sb * osize % 64 == 0
-      fill(stage, sb, se);
-      for (std::uint64_t at = 0; at < sparse_decode_block * osize; at += 64)
-        vstream(reinterpret_cast<float*>(out + sb * osize + at),
-                vload(reinterpret_cast<const float*>(stage + at)));
-    }
-    if (stream) vstream_fence();
+    });
   });
   return {};
 }
