@@ -19,6 +19,12 @@ using mask16 = std::uint16_t;
 #else
 #define GRADCODEC_VINLINE inline __attribute__((always_inline))
 #endif
+// A lambda that a hot loop calls once per vector, from more than one place, is forced
+// inline too: placed after its parameter list, [&](vf16 p) GRADCODEC_VLAMBDA { ... }. At -O2
+// (RelWithDebInfo) GCC 12 left such lambdas out of line, and top-k's filter pass, the
+// threshold encode and the quantizers' group loop then passed every vector through the stack.
+#undef GRADCODEC_VLAMBDA
+#define GRADCODEC_VLAMBDA __attribute__((always_inline))
 
 #if GRADCODEC_CPU_LEVEL == 2
 struct vf16 {

@@ -26,9 +26,8 @@
 
 // The per-vector helpers below take and return vf16 by value: when GCC declines to inline
 // them (the dtype switches look big), every call goes through memory and the kernels run 3-4x
-// slower, so they are forced inline.
+// slower, so they are forced inline (and so are their lambdas: GRADCODEC_VLAMBDA).
 #define GRADCODEC_PSGD_INLINE [[gnu::always_inline]] inline
-#define GRADCODEC_PSGD_LAMBDA __attribute__((always_inline))
 
 inline constexpr std::uint64_t psgd_chunk = 256;
 
@@ -367,7 +366,7 @@ inline bool psgd_p_rows(const Src& src, const Qt& qt, std::uint64_t i0, std::uin
         psgd_width<psgd_p_cr>(static_cast<int>(std::min<std::uint32_t>(psgd_p_cr, r)),
                               [&]<int N>() {
                                 psgd_p_tile_row<N, Scan>(
-                                    [&](std::uint64_t j, unsigned cnt) GRADCODEC_PSGD_LAMBDA {
+                                    [&](std::uint64_t j, unsigned cnt) GRADCODEC_VLAMBDA {
                                       const vf16 v = src.load(i, j0 + j, cnt);
                                       if (dst != nullptr) psgd_store(dst + j, v, cnt);
                                       return v;
@@ -375,13 +374,12 @@ inline bool psgd_p_rows(const Src& src, const Qt& qt, std::uint64_t i0, std::uin
                                     n, qp, val, mx);
                               });
         for (std::uint32_t c0 = psgd_p_cr; c0 < r; c0 += psgd_p_cr)
-          psgd_width<psgd_p_cr>(static_cast<int>(std::min<std::uint32_t>(psgd_p_cr, r - c0)),
-                                [&]<int N>() {
-                                  psgd_p_tile_row<N, false>(
-                                      [&](std::uint64_t j, unsigned cnt)
-                                          GRADCODEC_PSGD_LAMBDA { return psgd_load(m + j, cnt); },
-                                      n, qp + c0, val + c0, mx);
-                                });
+          psgd_width<psgd_p_cr>(
+              static_cast<int>(std::min<std::uint32_t>(psgd_p_cr, r - c0)), [&]<int N>() {
+                psgd_p_tile_row<N, false>([&](std::uint64_t j, unsigned cnt)
+                                              GRADCODEC_VLAMBDA { return psgd_load(m + j, cnt); },
+                                          n, qp + c0, val + c0, mx);
+              });
         if (tiles == 1) {
           for (std::uint32_t c = 0; c < r; ++c) p.at(i, c) = val[c];
           continue;

@@ -209,10 +209,11 @@ struct qsgd_kernel {
     if (!max_norm) {
       const quant_prescale p = quant_prescale_for(sc.max_abs);
       const vf16 down = vset1(p.down);
-      const float sum = quant_canonical_sum(len, [&](std::uint64_t j, unsigned cnt) {
-        const vf16 t = quant_load(src, s0 + j, cnt) * down;
-        return t * t;
-      });
+      const float sum =
+          quant_canonical_sum(len, [&](std::uint64_t j, unsigned cnt) GRADCODEC_VLAMBDA {
+            const vf16 t = quant_load(src, s0 + j, cnt) * down;
+            return t * t;
+          });
       norm = std::sqrt(sum) * p.up;
       // Saturated as in the reference: FLT_MAX still bounds every |v|.
       if (std::isinf(norm)) norm = std::numeric_limits<float>::max();
@@ -286,13 +287,13 @@ struct terngrad_kernel {
       const vf16 down = vset1(p.down);
       const float lenf = static_cast<float>(len);
       const float mean = quant_canonical_sum(len,
-                                             [&](std::uint64_t j, unsigned cnt) {
+                                             [&](std::uint64_t j, unsigned cnt) GRADCODEC_VLAMBDA {
                                                return quant_load(src, s0 + j, cnt) * down;
                                              }) /
                          lenf;
       const vf16 vmean = vset1(mean);
       const float var = quant_canonical_sum(len,
-                                            [&](std::uint64_t j, unsigned cnt) {
+                                            [&](std::uint64_t j, unsigned cnt) GRADCODEC_VLAMBDA {
                                               const vf16 d =
                                                   quant_load(src, s0 + j, cnt) * down - vmean;
                                               return d * d;
@@ -489,7 +490,7 @@ inline bool quant_encode_task(const K& k, const Src& src, tensor_view residual,
     typename K::dec d{};
     if constexpr (Feedback) d = k.decode_params(scale);
     // Full groups: quantize and pack.
-    const auto full = [&](std::uint64_t g, vf16 u) {
+    const auto full = [&](std::uint64_t g, vf16 u) GRADCODEC_VLAMBDA {
       const std::uint64_t base = g * 16;
       const vf16 v = src.load(base);
       const vu16 code = q.trivial ? zero_code : k.template quantize<Stochastic>(v, u, q);

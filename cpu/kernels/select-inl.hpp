@@ -241,7 +241,7 @@ inline bool sel_filter(const sel_space& s, const psource& source, std::uint32_t 
       std::uint64_t cnt = 0, ext = 0;
       unsigned nonfinite = 0;
       // Masks of one vector: candidates returned, the counters updated.
-      auto scan = [&](vf16 p, mask16 valid) {
+      auto scan = [&](vf16 p, mask16 valid) GRADCODEC_VLAMBDA {
         const vu16 key = vsel_key(vbits(p));
         nonfinite |= mask_and(vgti(key, finite_max), valid);
         if (Extra) ext += vpopcount(mask_and(vgti(key, lx), valid));
@@ -252,7 +252,7 @@ inline bool sel_filter(const sel_space& s, const psource& source, std::uint32_t 
       vu16 off = viota();
       const vu16 sixteen = vset1u(16);
       const std::uint64_t room = s.region - 16;
-      auto one = [&](vf16 p, mask16 valid) {
+      auto one = [&](vf16 p, mask16 valid) GRADCODEC_VLAMBDA {
         const mask16 m = scan(p, valid);
         if (Collect && cnt <= room) {
           vcompress_store(vals + cnt, m, vbits(p));
@@ -516,7 +516,7 @@ inline bool sel_emit_direct_task(const sel_space& s, const Src& src, std::uint64
   const vu16 finite_max = vset1u(sel_max_finite_key), atm1 = vset1u(at - 1u);
   unsigned nonfinite = 0;
   // One vector: its entries and its residual.
-  auto step = [&](std::uint64_t i, vf16 p, mask16 sel, unsigned r) {
+  auto step = [&](std::uint64_t i, vf16 p, mask16 sel, unsigned r) GRADCODEC_VLAMBDA {
     if (sel)
       pos += sink_put(sink, pos, end, sel, vbits(p),
                       viota() + vset1u(static_cast<std::uint32_t>(i - b)), b);
@@ -528,7 +528,7 @@ inline bool sel_emit_direct_task(const sel_space& s, const Src& src, std::uint64
         vstore_any_n(res.data, res.type, i, rv, r);
     }
   };
-  auto select = [&](vf16 p, mask16 valid) {
+  auto select = [&](vf16 p, mask16 valid) GRADCODEC_VLAMBDA {
     const vu16 key = vsel_key(vbits(p));
     nonfinite |= mask_and(vgti(key, finite_max), valid);
     mask16 sel = mask_and(vgti(key, atm1), valid);

@@ -174,24 +174,26 @@ inline void sign_scales_of(const Src& src, std::uint64_t s, std::uint64_t len, c
     const quant_prescale p = quant_prescale_for(sc.max_abs);
     const vf16 down = vset1(p.down);
     if constexpr (R == sign_rule::mean) {
-      const float sum = quant_canonical_sum(len, [&](std::uint64_t j, unsigned cnt) {
-        ahead(j);
-        return vabs(quant_load(src, s + j, cnt)) * down;
-      });
+      const float sum =
+          quant_canonical_sum(len, [&](std::uint64_t j, unsigned cnt) GRADCODEC_VLAMBDA {
+            ahead(j);
+            return vabs(quant_load(src, s + j, cnt)) * down;
+          });
       scale[0] = (sum / static_cast<float>(len)) * p.up;
     } else if constexpr (R == sign_rule::l2) {
-      const float sum = quant_canonical_sum(len, [&](std::uint64_t j, unsigned cnt) {
-        ahead(j);
-        const vf16 t = quant_load(src, s + j, cnt) * down;
-        return t * t;
-      });
+      const float sum =
+          quant_canonical_sum(len, [&](std::uint64_t j, unsigned cnt) GRADCODEC_VLAMBDA {
+            ahead(j);
+            const vf16 t = quant_load(src, s + j, cnt) * down;
+            return t * t;
+          });
       scale[0] = std::sqrt(sum / static_cast<float>(len)) * p.up;
     } else {
       // Finite values: v >= 0 is exactly "not v < 0"; -0.0 adds -0.0, which changes no sum.
       float sum_neg, sum_pos;
       sign_canonical_sum2(
           len,
-          [&](std::uint64_t j, unsigned cnt) {
+          [&](std::uint64_t j, unsigned cnt) GRADCODEC_VLAMBDA {
             ahead(j);
             const vf16 v = quant_load(src, s + j, cnt);
             const vf16 t = v * down;

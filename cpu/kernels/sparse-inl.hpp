@@ -388,7 +388,7 @@ inline std::uint64_t threshold_feedback_one_pass(const detail::encode_call& c, c
           held = 0;
         };
         vu16 off = viota();
-        const auto one = [&](std::uint64_t i, vf16 p, mask16 valid, unsigned r) {
+        const auto one = [&](std::uint64_t i, vf16 p, mask16 valid, unsigned r) GRADCODEC_VLAMBDA {
           const vu16 key = vsel_key(vbits(p));
           bad_lanes |= mask_and(vgti(key, finite_max), valid);
           const mask16 sel = mask_and(vgti(key, atm1), valid);
