@@ -632,6 +632,13 @@ GRADCODEC_VINLINE unsigned vcompress_store(std::uint32_t* p, mask16 m, vu16 a) {
 //! read-for-ownership of every output line is most of the write bandwidth.
 inline constexpr std::uint64_t stream_store_bytes = std::uint64_t{1} << 24;
 
+//! Elements of `size` bytes from p (aligned to size) to the next 64-byte boundary, where
+//! whole-line streaming stores can start.
+inline std::uint64_t elements_to_line(const void* p, std::size_t size) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  return (64 - addr % 64) % 64 / size;
+}
+
 #if GRADCODEC_CPU_LEVEL == 2
 GRADCODEC_VINLINE void vstream(float* p, vf16 a) { _mm512_stream_ps(p, a.v); }
 GRADCODEC_VINLINE void vstream_fence() { _mm_sfence(); }

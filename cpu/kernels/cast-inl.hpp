@@ -96,7 +96,7 @@ inline status cast_decode(const detail::decode_call& c) {
   auto* out = static_cast<std::byte*>(c.out.data);
   const std::size_t osize = dtype_size(c.out.type);
   // A large output that nothing reads first is written staged.
-  const bool staged = !c.accumulate && staged_output(out, n, osize);
+  const bool staged = !c.accumulate && staged_output(n, osize);
   const auto run = [&]<dtype H, dtype O, bool Acc>() {
     parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
       const std::uint64_t begin = t * stream_grain, end = std::min(n, begin + stream_grain);

@@ -365,9 +365,8 @@ inline void sign_decode_task(const detail::decode_call& c, const blocks::bucket_
     std::uint64_t i = s;
     if constexpr (Stream) {
       // Elements to the next 64-byte boundary (the output is 4-byte aligned).
-      const auto addr = reinterpret_cast<std::uintptr_t>(static_cast<float*>(out) + i);
-      const auto head =
-          static_cast<unsigned>(std::min<std::uint64_t>(e - i, (64 - addr % 64) % 64 / 4));
+      const auto head = static_cast<unsigned>(
+          std::min<std::uint64_t>(e - i, elements_to_line(static_cast<float*>(out) + i, 4)));
       if (head > 0) {
         sign_emit<O, Acc, false>(out, alpha, i, head, value(i));
         i += head;

@@ -201,9 +201,8 @@ inline status sparse_decode(const detail::decode_call& c) {
     return {};
   }
   // Zero fill and scatter, one block at a time, so that the block stays in L1 between the
-  // two; a large output is written staged (cpu/kernels/staged-inl.hpp). Large outputs of
-  // PyTorch's CPU allocator start on a 64-byte boundary.
-  const bool staged = staged_output(out, n, osize);
+  // two; a large output is written staged (cpu/kernels/staged-inl.hpp).
+  const bool staged = staged_output(n, osize);
   const std::uint64_t tasks = blocks::ceil_div(n, sel_grain);
   parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
     const std::uint64_t b = t * sel_grain, e = std::min(n, b + sel_grain);

@@ -12,13 +12,12 @@
 //! elements.
 inline constexpr std::size_t staged_block_bytes = 16384;
 
-//! Whether an output of n elements of `size` bytes at p is written staged: at least
-//! stream_store_bytes (an output that fits in the caches is better left there), with
-//! elements on a multiple of their size, so that one of them starts a 64-byte line. The
-//! scalar variant never stages: its vstream is a plain store.
-inline bool staged_output(const void* p, std::uint64_t n, std::size_t size) {
-  return GRADCODEC_CPU_LEVEL > 0 && n * size >= stream_store_bytes &&
-         reinterpret_cast<std::uintptr_t>(p) % size == 0;
+//! Whether an output of n elements of `size` bytes is written staged: at least
+//! stream_store_bytes (an output that fits in the caches is better left there). Outputs are
+//! tensors, aligned to their element size (the front end checks), so one of their elements
+//! starts a 64-byte line. The scalar variant never stages: its vstream is a plain store.
+inline bool staged_output(std::uint64_t n, std::size_t size) {
+  return GRADCODEC_CPU_LEVEL > 0 && n * size >= stream_store_bytes;
 }
 
 //! Writes elements [b, e) of the output at out (elements of `size` bytes) through
@@ -33,8 +32,8 @@ inline void write_staged(std::byte* out, std::size_t size, std::uint64_t b, std:
   const std::uint64_t per = staged_block_bytes / size;
   std::uint64_t i = b;
   if (staged) {
-    const auto addr = reinterpret_cast<std::uintptr_t>(out + b * size);
-    const std::uint64_t head = std::min<std::uint64_t>(e - b, (64 - addr % 64) % 64 / size);
+    const std::uint64_t head =
+        std::min<std::uint64_t>(e - b, elements_to_line(out + b * size, size));
     if (head > 0) fill(out + b * size, b, b + head);
     for (i = b + head; e - i >= per; i += per) {
       alignas(64) std::byte stage[staged_block_bytes];
