@@ -2,6 +2,9 @@
 //! @file
 //! CPUID detection and the choice of the CPU backend's instruction-set variant.
 #include <atomic>
+#if defined(__linux__)
+#include <sched.h>
+#endif
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
@@ -127,11 +130,28 @@ std::atomic<int>& active_slot() {
   return slot;
 }
 
+//! A positive integer environment variable, else 0.
+int env_threads(const char* name) noexcept {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return 0;
+  const int t = std::atoi(env);
+  return t > 0 ? t : 0;
+}
+
+//! What the process was given: GRADCODEC_CPU_THREADS, else OMP_NUM_THREADS (which
+//! launchers such as torchrun set per rank), else the CPUs of its affinity mask (taskset,
+//! cgroups' cpusets), else the hardware concurrency.
 int initial_threads() noexcept {
-  if (const char* env = std::getenv("GRADCODEC_CPU_THREADS"); env != nullptr) {
-    const int t = std::atoi(env);
+  if (const int t = env_threads("GRADCODEC_CPU_THREADS"); t > 0) return t;
+  if (const int t = env_threads("OMP_NUM_THREADS"); t > 0) return t;
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    const int t = CPU_COUNT(&set);
     if (t > 0) return t;
   }
+#endif
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
 }

@@ -23,7 +23,7 @@ constexpr std::array topk_params{
     param_info{"ratio", "0.01", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
     p_nonfinite};
 constexpr std::array dgc_params{
-    param_info{"ratio", "0.001", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
+    param_info{"ratio", "0.01", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
     param_info{"sample", "0.01", "(0, 1]",
                "fraction of elements sampled to estimate the threshold"},
     p_nonfinite};
@@ -38,21 +38,21 @@ constexpr std::array threshold_params{
 constexpr std::array qsgd_params{
     param_info{"levels", "7", "1..127", "s levels per sign; ceil(log2(2s+1)) bits per element"},
     param_info{"bucket", "512", "1..16777216", "elements per norm"},
-    param_info{"norm", "l2", "l2|max", "bucket norm"},
+    param_info{"norm", "max", "l2|max", "bucket norm"},
     param_info{"rounding", "stochastic", "nearest|stochastic", "level rounding"}, p_nonfinite};
 constexpr std::array terngrad_params{
     param_info{"bucket", "512", "1..16777216", "elements per scale (max |x|)"},
-    param_info{"clip", "0", ">= 0", "clip at clip*sigma of the bucket before scaling; 0 = off"},
+    param_info{"clip", "2.5", ">= 0", "clip at clip*sigma of the bucket before scaling; 0 = off"},
     p_nonfinite};
 constexpr std::array minmax_params{
     param_info{"bits", "4", "1..8", "bits per element"},
     param_info{"bucket", "512", "1..16777216", "elements per (min, max) pair"},
     param_info{"rounding", "nearest", "nearest|stochastic", "level rounding"}, p_nonfinite};
 constexpr std::array onebit_params{
-    param_info{"bucket", "2048", "1..16777216", "elements per pair of reconstruction means"},
+    param_info{"bucket", "128", "1..16777216", "elements per pair of reconstruction means"},
     p_nonfinite};
-constexpr std::array sign_params{param_info{"bucket", "2048", "1..16777216", "elements per scale"},
-                                 param_info{"scale", "none", "none|mean|l2",
+constexpr std::array sign_params{param_info{"bucket", "128", "1..16777216", "elements per scale"},
+                                 param_info{"scale", "l2", "none|mean|l2",
                                             "1 (signSGD), mean |x| (EF-signSGD) or ||x||2/sqrt(n)"},
                                  p_nonfinite};
 constexpr std::array cast_params{p_nonfinite};
@@ -74,7 +74,7 @@ constexpr std::array<codec_info, codec_count> codec_table{{
     {codec_id::qsgd, "qsgd", "QSGD: s levels, bucket norm, stochastic rounding",
      "ceil(log2(2s+1)) + 32/bucket", true, qsgd_params},
     {codec_id::terngrad, "terngrad", "TernGrad: {-s,0,s} per bucket, stochastic", "2 + 32/bucket",
-     true, terngrad_params},
+     false, terngrad_params},
     {codec_id::minmax, "minmax", "min-max b-bit per bucket", "bits + 64/bucket", false,
      minmax_params},
     {codec_id::onebit, "onebit", "1-bit SGD: two reconstruction means per bucket", "1 + 64/bucket",
@@ -217,11 +217,18 @@ result<codec_id> codec_from_name(std::string_view name) {
 codec_spec make_spec(codec_id id) noexcept {
   codec_spec s;
   s.id = id;
+  // Defaults chosen by the convergence suite (docs/codecs.md, "Defaults").
   switch (id) {
-    case codec_id::dgc: s.ratio = 0.001; break;
-    case codec_id::qsgd: s.rounding = rounding_mode::stochastic; break;
-    case codec_id::onebit:
-    case codec_id::sign: s.bucket = 2048; break;
+    case codec_id::qsgd:
+      s.rounding = rounding_mode::stochastic;
+      s.norm = norm_kind::max;
+      break;
+    case codec_id::terngrad: s.clip = 2.5f; break;
+    case codec_id::onebit: s.bucket = 128; break;
+    case codec_id::sign:
+      s.bucket = 128;
+      s.scale = scale_kind::l2;
+      break;
     default: break;
   }
   return s;

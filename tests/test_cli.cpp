@@ -215,7 +215,7 @@ TEST_F(Cli, EvalPrintsOneRowPerCodec) {
   EXPECT_EQ(words_of(*header), (std::vector<std::string>{"codec", "bits/elem", "ratio",
                                                          "rel_l2_err", "enc_GB/s", "dec_GB/s"}));
   const std::vector<std::string> want_rows{"fp16",
-                                           "qsgd:levels=7,bucket=64,norm=l2,rounding=stochastic"};
+                                           "qsgd:levels=7,bucket=64,norm=max,rounding=stochastic"};
   ASSERT_EQ(lines.end() - header, 3) << r.out;
   for (std::size_t i = 0; i < want_rows.size(); ++i) {
     const auto w = words_of(header[static_cast<std::ptrdiff_t>(i) + 1]);
@@ -267,6 +267,11 @@ TEST_F(Cli, ListMentionsEveryCodecAndParameter) {
     EXPECT_NE(r.out.find(std::string(c.bits_per_element)), std::string::npos) << c.name;
     for (const auto& p : c.params)
       EXPECT_NE(r.out.find(std::string(p.doc)), std::string::npos) << c.name << " " << p.key;
+    const auto b = gc::bounds(gc::make_spec(c.id));
+    EXPECT_NE(r.out.find(std::string("error feedback: ") + (b.feedback_safe ? "safe" : "unsafe") +
+                         " - " + std::string(b.reason)),
+              std::string::npos)
+        << c.name;
   }
 }
 

@@ -270,7 +270,7 @@ TEST(RefQuant, QsgdStochasticIsUnbiased) {
 TEST(RefQuant, TernGradIsUnbiased) {
   auto v = data(1100, 22);
   v[100] = 9.0f;  // clipped when clip > 0
-  for (const char* text : {"terngrad", "terngrad:clip=2.5,bucket=300"}) {
+  for (const char* text : {"terngrad:clip=0", "terngrad:clip=2.5,bucket=300"}) {
     const auto s = spec(text);
     // Unbiased for w = v clipped to [-c, c]; s = min(max |v|, c), so w = clamp(v, -s, s).
     const auto f0 = enc(s, v);
@@ -375,15 +375,16 @@ double check_variance_bound(const gc::codec_spec& s, const std::vector<float>& v
 }
 
 TEST(RefQuant, QsgdVarianceBound) {
-  for (const char* text : {"qsgd", "qsgd:levels=1", "qsgd:levels=4,norm=max",
-                           "qsgd:levels=127,bucket=1000", "qsgd:levels=2,bucket=64"}) {
+  for (const char* text :
+       {"qsgd:norm=l2", "qsgd:levels=1,norm=l2", "qsgd:levels=4,norm=max",
+        "qsgd:levels=127,bucket=1000,norm=l2", "qsgd:levels=2,bucket=64,norm=l2"}) {
     check_variance_bound(spec(text), data(1300, 31));
   }
   // Equal magnitudes with s = 1 make the bound nearly tight (expectation (1 - 1/sqrt(n))
   // of it): the check above has teeth.
   std::vector<float> eq(512);
   for (std::size_t i = 0; i < eq.size(); ++i) eq[i] = (i * 7 % 3 == 0) ? -0.25f : 0.25f;
-  EXPECT_GT(check_variance_bound(spec("qsgd:levels=1"), eq), 0.9);
+  EXPECT_GT(check_variance_bound(spec("qsgd:levels=1,norm=l2"), eq), 0.9);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -492,7 +493,7 @@ TEST(RefQuant, ConstantBuckets) {
   }
   // Every element of a constant bucket is its own max: sent with probability 1.
   {
-    const auto d = dec(enc(spec("terngrad:bucket=100"), v), v.size());
+    const auto d = dec(enc(spec("terngrad:bucket=100,clip=0"), v), v.size());
     for (std::size_t i = 0; i < v.size(); ++i) ASSERT_TRUE(gc::test::same_bits(d[i], v[i])) << i;
   }
   // With clipping a constant bucket has sigma ~ 0 and is clipped towards zero (documented).
@@ -509,7 +510,7 @@ TEST(RefQuant, ConstantBuckets) {
   }
   // With the L2 norm the norm of 100 threes is exactly 30.
   {
-    const auto s = spec("qsgd:bucket=100");
+    const auto s = spec("qsgd:bucket=100,norm=l2");
     const auto f = enc(s, v);
     EXPECT_NEAR(reader(f, s, v.size()).scale(0, 0), 30.0f, 1e-5f);
   }

@@ -147,8 +147,8 @@ TEST(Sign, HandWrittenBitsScalesAndBytes) {
 
 TEST(Sign, DefaultSpecAndZeroBucket) {
   const auto spec = gc::make_spec(gc::codec_id::sign);
-  EXPECT_EQ(spec.bucket, 2048u);
-  EXPECT_EQ(spec.scale, gc::scale_kind::none);
+  EXPECT_EQ(spec.bucket, 128u);  // chosen by the convergence suite (docs/codecs.md)
+  EXPECT_EQ(spec.scale, gc::scale_kind::l2);
   // An all-zero bucket: scale +0 for mean and l2, every element decodes to +0.0.
   const std::vector<float> x = {0.0f, -0.0f, 0.0f};
   for (auto kind : {gc::scale_kind::mean, gc::scale_kind::l2}) {
@@ -184,7 +184,7 @@ TEST(Onebit, HandWrittenMeansAndBits) {
   const auto y = decode(frame, x.size());
   for (std::uint64_t i = 0; i < x.size(); ++i)
     expect_same_bits(want_bits[i] ? want[i / 4][0] : want[i / 4][1], y[i], "decoded", i);
-  EXPECT_EQ(gc::make_spec(gc::codec_id::onebit).bucket, 2048u);
+  EXPECT_EQ(gc::make_spec(gc::codec_id::onebit).bucket, 128u);
 }
 
 TEST(SignCodecs, EmptyAndSingleElement) {

@@ -469,7 +469,7 @@ TEST(Dgc, EqualsExactTopKWhenTheThresholdFindsEnough) {
           auto spec = gc::make_spec(gc::codec_id::dgc);
           spec.k = k;
           spec.sample = sample;
-          const std::uint64_t kk = k == 0 ? 4 : k;  // default ratio 0.001 of 4000
+          const std::uint64_t kk = k == 0 ? 40 : k;  // default ratio 0.01 of 4000
           for (std::uint64_t step = 0; step < 3; ++step) {
             const auto frame = encode_ok(spec, {5, step, 2}, in.view());
             const auto h = header_of(frame);

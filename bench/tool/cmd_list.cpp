@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! gradcodec list: every codec, its summary, parameters and bits per element.
+//! gradcodec list: every codec, its summary, parameters, bits per element and whether
+//! error feedback is safe with its defaults.
 #include <array>
 #include <iostream>
 
@@ -18,8 +19,9 @@ constexpr std::array list_options{backend_option};
 const command_spec list_spec{
     "list",
     "",
-    "Lists every codec with its summary, bits per element (fp32 input), default spec and\n"
-    "parameters (key, default, range, meaning), and which backends are available.",
+    "Lists every codec with its summary, bits per element (fp32 input), default spec,\n"
+    "whether error feedback is safe with it (gradcodec::bounds) and parameters (key,\n"
+    "default, range, meaning), and which backends are available.",
     "example:\n"
     "  gradcodec list\n",
     list_options,
@@ -41,6 +43,9 @@ int run_list(const parsed_args& args) {
               << "  bits/element: " << c.bits_per_element
               << "    unbiased: " << (c.unbiased ? "yes" : "no")
               << "\n  default spec: " << to_string(make_spec(c.id)) << "\n";
+    const codec_bounds b = bounds(make_spec(c.id));
+    std::cout << "  error feedback: " << (b.feedback_safe ? "safe" : "unsafe") << " - " << b.reason
+              << "\n";
     std::size_t wk = 3, wd = 7, wr = 5;  // "key", "default", "range"
     for (const auto& p : c.params) {
       wk = std::max(wk, p.key.size());

@@ -26,8 +26,11 @@ cpu_isa cpu_isa_active() noexcept;
 //! Selects a variant for the whole process (not for calls already running).
 status set_cpu_isa(cpu_isa isa) noexcept;
 
-//! Threads the CPU backend uses when exec_options::threads is 0 (default: the hardware
-//! concurrency, or GRADCODEC_CPU_THREADS).
+//! Threads the CPU backend uses when exec_options::threads is 0. Default, read once:
+//! GRADCODEC_CPU_THREADS, else OMP_NUM_THREADS, else the number of CPUs in the process's
+//! affinity mask, else the hardware concurrency; so ranks that share a machine and were
+//! each given a share of it (torchrun sets OMP_NUM_THREADS=1, taskset, cpusets) do not
+//! oversubscribe it.
 int cpu_default_threads() noexcept;
 void set_cpu_default_threads(int threads) noexcept;
 

@@ -3,6 +3,7 @@
 //! Umbrella header of the gradcodec public API.
 #pragma once
 
+#include "gradcodec/bounds.hpp"
 #include "gradcodec/codec.hpp"
 #include "gradcodec/context.hpp"
 #include "gradcodec/cpu.hpp"

@@ -283,6 +283,19 @@ nb::dict info_dict(const codec_info& c) {
   return d;
 }
 
+nb::dict bounds_dict(const codec_spec& s, std::uint64_t n) {
+  const codec_bounds b = bounds(s, n);
+  nb::dict d;
+  d["unbiased"] = b.unbiased;
+  d["variance"] = b.variance;
+  d["max_relative"] = b.max_relative;
+  d["max_absolute"] = b.max_absolute;
+  d["feedback_safe"] = b.feedback_safe;
+  d["residual_gain"] = b.residual_gain;
+  d["reason"] = sv(b.reason);
+  return d;
+}
+
 operation operation_arg(const std::string& name) {
   if (name == "encode") return operation::encode;
   if (name == "encode_with_feedback") return operation::encode_with_feedback;
@@ -364,6 +377,12 @@ void register_codec(nb::module_& m) {
       .def_prop_ro(
           "info", [](const codec_spec& s) { return info_dict(info(s.id)); },
           "Summary, bits per element, bias and parameter documentation of the codec.")
+      .def("bounds", &bounds_dict, nb::arg("n") = 0,
+           "The codec's error bounds for a tensor of n elements (0: any size) and whether\n"
+           "error feedback keeps its residual bounded (docs/codecs.md, 'Error bounds and\n"
+           "error feedback'): a dict with unbiased, variance (bound on E||x^ - x||^2 /\n"
+           "||x||^2), max_relative and max_absolute (||x^ - x||_inf <= max_relative *\n"
+           "||x||_inf + max_absolute), feedback_safe, residual_gain and reason.")
       .def("__str__", [](const codec_spec& s) { return to_string(s); })
       .def("__repr__", [](const codec_spec& s) { return "Codec('" + to_string(s) + "')"; })
       .def("__eq__", [](const codec_spec& a, const codec_spec& b) { return a == b; })

@@ -6,6 +6,7 @@ import ctypes
 import os
 import pathlib
 import pickle
+import shutil
 import subprocess
 import sys
 
@@ -58,7 +59,7 @@ def expect_error(code, fn, *args, **kwargs):
 
 
 def test_version_backends_and_codec_list():
-    assert gc.__version__ == "0.1.0"
+    assert gc.__version__ == "0.2.0"
     assert gc.header_bytes == 48 and gc.format_version == 1
     assert "reference" in gc.backends()
     assert gc.backend_available("reference") and gc.backend_available("auto")
@@ -77,7 +78,7 @@ def test_version_backends_and_codec_list():
 def test_codec_spec_strings_params_and_pickling():
     c = gc.Codec("qsgd:levels=7,bucket=256")
     assert c.name == "qsgd" and c.id == 5
-    assert c.spec == str(c) == "qsgd:levels=7,bucket=256,norm=l2,rounding=stochastic"
+    assert c.spec == str(c) == "qsgd:levels=7,bucket=256,norm=max,rounding=stochastic"
     assert repr(c) == f"Codec('{c.spec}')"
     assert c.params["levels"] == 7 and c.params["bucket"] == 256
     assert c.params["rounding"] == "stochastic"
@@ -491,6 +492,37 @@ def test_host_arrays_never_import_torch():
         "assert 'torch' not in sys.modules, 'gradcodec imported torch'",
     ])
     subprocess.run([sys.executable, "-c", code], check=True, env=dict(os.environ))
+
+
+def test_bounds_state_when_error_feedback_is_safe():
+    b = gc.Codec("qsgd:norm=l2").bounds()
+    assert set(b) == {"unbiased", "variance", "max_relative", "max_absolute", "feedback_safe",
+                      "residual_gain", "reason"}
+    assert b["unbiased"] and not b["feedback_safe"] and b["variance"] == 512 / 196
+    assert "l2 norm" in b["reason"]
+    assert gc.Codec("qsgd").bounds()["feedback_safe"]  # the max norm, the default
+    assert gc.Codec("topk:ratio=0.01").bounds(1000)["variance"] == 0.99
+    assert gc.Codec("onebit:bucket=64").bounds()["residual_gain"] == 63
+    for c in gc.codecs():
+        assert gc.Codec(c["name"]).bounds()["reason"], c["name"]
+
+
+@pytest.mark.parametrize("env, want", [({"OMP_NUM_THREADS": "3"}, 3),
+                                       ({"GRADCODEC_CPU_THREADS": "2", "OMP_NUM_THREADS": "5"}, 2),
+                                       ({}, 1)])
+def test_default_threads_follow_what_the_process_was_given(env, want):
+    """GRADCODEC_CPU_THREADS, else OMP_NUM_THREADS, else the affinity mask (one CPU here)."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OMP_NUM_THREADS", "GRADCODEC_CPU_THREADS")}
+    cmd = [sys.executable, "-c", "import gradcodec; print(gradcodec.cpu_default_threads())"]
+    if not env:
+        if not hasattr(os, "sched_setaffinity"):
+            pytest.skip("no sched_setaffinity on this platform")
+        cmd = ["taskset", "-c", "0"] + cmd
+        if shutil.which("taskset") is None:
+            pytest.skip("taskset (util-linux) is not installed")
+    out = subprocess.run(cmd, check=True, env=dict(clean, **env), capture_output=True, text=True)
+    assert int(out.stdout) == want
 
 
 # --- PowerSGD -------------------------------------------------------------------------
