@@ -4,64 +4,74 @@
 ::
 
     import gradcodec.torch as gct
-    state = gct.HookState(spec="topk:ratio=0.01")          # error feedback on by default
+    state = gct.HookState(spec="topk:ratio=0.01")
     ddp_model.register_comm_hook(state, gct.hook)
 
-Every rank must build the HookState with the same spec, seed and strategy. The gradient
-written back into each bucket is the mean over ranks, bit-identical on every rank.
+Every rank must build the HookState with the same arguments. The gradient written back
+into each bucket is the mean over ranks, bit-identical on every rank. docs/python.md, "The
+DDP communication hook", defines every option; in short:
 
-Strategies (``strategy=None`` picks the first that applies):
+- **Error feedback** follows the codec's bounds (``gradcodec.Codec.bounds``): on where it
+  keeps the residual bounded, off where it would amplify the codec's error (QSGD with the
+  L2 norm, TernGrad, unbiased random-k, unscaled sign). ``error_feedback=True`` on such a
+  codec warns once with the reason.
+- **Per-tensor selection** (on by default): each parameter of a bucket is its own frame,
+  with its own k, its own scale buckets and tensor id, so parameters with small gradients
+  are not starved by larger ones. **1-D parameters** (biases, norm scales) and parameters
+  with fewer than ``min_numel`` elements travel dense (float32, averaged exactly).
+- **Warm-up**: the first ``warmup_steps`` steps dense (``warmup="dense"``) or, for the
+  sparsifiers, with DGC's exponential ramp of the kept fraction (``warmup="ramp"``).
+- **Momentum correction** (``momentum=m``, DGC): the hook keeps the momentum
+  u = m·u + g and compresses u (with error feedback; sparsifiers also zero u where it was
+  sent); the optimizer must then run without momentum.
+- **Non-finite gradients**: a bucket in which any rank's gradient holds NaN or Inf is not
+  reduced; every rank makes the same decision (``nonfinite="raise"``: every rank raises
+  :class:`NonFiniteGradient`; ``"skip"``: the bucket's gradient is zero; ``"propagate"``:
+  it is NaN, for loss scalers), and no error-feedback state absorbs the bad step.
+- **Threads**: the library's CPU threads follow ``torch.get_num_threads()`` (or
+  ``threads``), so ranks that share a machine do not oversubscribe it.
 
-- ``"dense"`` for fp16/bf16 (the bucket is divided by the world size, cast, summed with
-  one allreduce and decoded) and for randomk (every rank draws the same indices from the
-  shared (seed, step, tensor_id), so only the k values are allreduced);
-- ``"powersgd"`` for powersgd: per matrix of the bucket (first dimension x the rest) the
-  library's phases around two allreduces (all P's, then all Q's of the bucket, each one
-  collective); tensors PowerSGD would not compress (1-D, small) ride dense in the P
-  allreduce and are averaged exactly;
-- ``"vote"`` for sign with scale=none: the frames are all-gathered and combined by the
-  signSGD majority vote (the result is the vote, -1/0/+1 per element, not a mean);
-- ``"allgather"`` for every other codec (and any codec on request): each rank encodes its
-  bucket into one frame, the frames are all-gathered (sizes first for the variable-size
-  codecs threshold and powersgd; buffers padded to the largest frame, never empty) and
-  every rank decode-accumulates them in rank order with alpha = 1/world_size.
+Strategies (``strategy=None`` picks by codec): ``allgather`` (every codec: frames
+all-gathered, decode-accumulated in rank order), ``dense`` (fp16/bf16 casts and random-k:
+the 16-bit or k values are summed; bf16 over gloo, which cannot sum bfloat16, reduces in
+two phases so that only 16-bit values travel), ``two_phase`` (fixed-size codecs: chunks
+all-to-all, reduced and re-encoded by their owner, all-gathered), ``powersgd`` and
+``vote`` (unscaled sign: the majority vote).
 
-Error feedback (on by default) keeps one float32 residual per DDP bucket, keyed by the
-bucket index *and* its layout (element count, dtype, parameter shapes): when DDP rebuilds
-its buckets (it does after the first iteration) or the model changes, a bucket whose layout
-differs starts again from a zero residual (and, for PowerSGD, the shared-seed Q) instead of
-adding a residual that belongs to other parameters. Residuals are per rank: save every
-rank's ``state_dict()``.
-
-Randomness is keyed by (seed, step, tensor_id) with step = the number of finished
-iterations (advanced after the last bucket of each backward) and tensor_id = the bucket
-index, the same on every rank.
-
-Devices: CUDA buckets on an NCCL process group run on the GPU when gradcodec has its CUDA
-backend (``backend="auto"`` or ``"cuda"``): residuals, frames and decoding stay on the
-bucket's device, on torch's current stream; for the ``powersgd`` strategy that is the
-library's PowerSGD phases on CUDA tensors, with P, Q and the residual on the GPU. CUDA
-buckets on other process groups are copied to the host for encoding and decoding, and
-frames and dense values travel on the bucket's device.
-CPU buckets (gloo) run on the CPU. The collectives of one bucket are issued in the hook's
-own thread, in bucket order; only the last one is asynchronous.
+The collectives of a bucket are issued from the hook's thread in bucket order (DDP calls
+the hook in bucket order on every rank); the last one is asynchronous and the decoding
+runs in its completion callback. CUDA buckets on an NCCL process group run on the GPU when
+gradcodec has its CUDA backend; other CUDA buckets are copied to the host for the codec.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.distributed as dist
 
 from . import _gradcodec as _gc
+from . import _hook_plan as _plan
+from ._errors import Error
 
-__all__ = ["HookState", "hook", "STRATEGIES", "default_strategy"]
+__all__ = ["HookState", "hook", "NonFiniteGradient", "STRATEGIES", "default_strategy"]
 
-STRATEGIES = ("allgather", "dense", "powersgd", "vote")
+STRATEGIES = ("allgather", "dense", "two_phase", "powersgd", "vote")
+NONFINITE = ("raise", "skip", "propagate")
+WARMUP = ("dense", "ramp")
 
 # Codecs whose frame size depends on the data (encode_bound is only an upper bound).
 _VARIABLE_SIZE = ("threshold", "powersgd")
+# Codecs that send a subset of the values unchanged (momentum masking, the warm-up ramp).
+_SPARSIFIERS = ("topk", "dgc", "randomk", "threshold")
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
-_STATE_VERSION = 1
+_PREAMBLE = 16  # bytes before a rank's frames in an all-gather: byte 0 = non-finite flag
+_STATE_VERSION = 2
+_warned: set = set()
+
+
+class NonFiniteGradient(Error):
+    """A bucket's gradient held NaN or Inf on some rank (raised on every rank)."""
 
 
 def default_strategy(codec: _gc.Codec) -> str:
@@ -79,6 +89,8 @@ def _check_strategy(codec: _gc.Codec, strategy: str) -> None:
     allowed = {
         "allgather": True,
         "dense": codec.name in ("fp16", "bf16", "randomk"),
+        # Fixed-size frames (the chunks' sizes are known), and a mean to re-encode.
+        "two_phase": codec.name not in _VARIABLE_SIZE and default_strategy(codec) != "vote",
         "powersgd": codec.name == "powersgd",
         "vote": codec.name == "sign",
     }
@@ -86,35 +98,6 @@ def _check_strategy(codec: _gc.Codec, strategy: str) -> None:
         raise ValueError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")
     if not allowed[strategy]:
         raise ValueError(f"strategy {strategy!r} does not apply to codec {codec.name!r}")
-
-
-class _Matrix:
-    """One PowerSGD-compressed parameter of a bucket and its slices of the flat buffers."""
-
-    __slots__ = ("offset", "rows", "cols", "rank", "p_off", "q_off", "m_off", "tensor_id")
-
-    def __init__(self, offset, rows, cols, rank, p_off, q_off, m_off, tensor_id):
-        self.offset, self.rows, self.cols, self.rank = offset, rows, cols, rank
-        self.p_off, self.q_off, self.m_off, self.tensor_id = p_off, q_off, m_off, tensor_id
-
-
-class _Bucket:
-    """Per-bucket state: the layout it belongs to, the residual and PowerSGD buffers."""
-
-    def __init__(self, layout: Tuple) -> None:
-        self.layout = layout
-        self.residual: Optional[torch.Tensor] = None  # f32, n elements (codec strategies)
-        self.send: Optional[torch.Tensor] = None  # uint8 frame buffer, reused every step
-        # The header every rank's frame of this bucket must have (from this rank's first
-        # frame): decodes check against it instead of reading each frame's header first.
-        self.expected: Optional[Any] = None
-        # PowerSGD: flat Q and M (residual) of the compressed matrices, P of the matrices
-        # followed by the dense tensors; the plan maps parameters onto them.
-        self.q: Optional[torch.Tensor] = None
-        self.m: Optional[torch.Tensor] = None
-        self.p: Optional[torch.Tensor] = None
-        self.matrices: List[_Matrix] = []
-        self.dense: List[Tuple[int, int, int]] = []  # (bucket offset, numel, offset in p)
 
 
 def _backend_of(pg: Optional[Any], device_type: str) -> str:
@@ -128,10 +111,38 @@ def _backend_of(pg: Optional[Any], device_type: str) -> str:
     return name
 
 
-def _layout(bucket: Any) -> Tuple:
-    buf = bucket.buffer()
-    shapes = tuple(tuple(int(d) for d in p.shape) for p in bucket.parameters())
-    return (int(buf.numel()), str(buf.dtype), shapes)
+def _align(n: int) -> int:
+    return (n + 15) & ~15
+
+
+def _allgather_wire(nbytes: int, world: int) -> int:
+    return (world - 1) * nbytes
+
+
+def _allreduce_wire(nbytes: int, world: int) -> int:
+    return 2 * (world - 1) * nbytes // world
+
+
+class _Bucket:
+    """Per-bucket state: the layout it belongs to, residuals, momentum, buffers."""
+
+    def __init__(self, layout: Tuple) -> None:
+        self.layout = layout
+        self.residual: Optional[torch.Tensor] = None  # f32, n (worker error feedback)
+        self.server: Optional[torch.Tensor] = None  # f32, this rank's chunk (two_phase)
+        self.momentum: Optional[torch.Tensor] = None  # f32, n (momentum correction)
+        self.send: Optional[torch.Tensor] = None  # uint8 message buffer, reused every step
+        self.segments: Optional[List[_plan.Segment]] = None
+        # The header every rank's frame of a segment must have, per codec spec (from this
+        # rank's first frame): decodes check against it instead of reading headers first.
+        self.expected: Dict[Tuple[str, int], Any] = {}
+        # PowerSGD: flat Q and M (residual) of the compressed matrices, P of the matrices
+        # followed by the dense tensors; the plan maps parameters onto them.
+        self.q: Optional[torch.Tensor] = None
+        self.m: Optional[torch.Tensor] = None
+        self.p: Optional[torch.Tensor] = None
+        self.matrices: List[Any] = []
+        self.dense: List[Tuple[int, int, int]] = []  # (bucket offset, numel, offset in p)
 
 
 class HookState:
@@ -140,46 +151,99 @@ class HookState:
     Args:
         spec: codec spec string or gradcodec.Codec (docs/codecs.md), the same on all ranks.
         process_group: the group to reduce over (None: the default group).
-        error_feedback: keep a per-bucket residual (p = g + e; send C(p); e = p - D(C(p))).
+        error_feedback: None (default): on when the codec's bounds keep the residual
+            bounded (``Codec.bounds().feedback_safe``), else off; True/False force it
+            (True on an unsafe codec warns once).
         seed: the shared seed of every random decision, the same on all ranks.
-        strategy: "allgather", "dense", "powersgd" or "vote"; None picks by codec (see the
-            module documentation).
+        strategy: "allgather", "dense", "two_phase", "powersgd" or "vote"; None picks by
+            codec (see the module documentation).
         backend: gradcodec backend for encode/decode: "auto" (CUDA for CUDA buckets on an
             NCCL group when the CUDA backend is available, else the CPU), "cuda" (the same,
-            but an error where the CUDA path cannot be taken), "reference" or "cpu" (host
-            only: CUDA buckets are copied to the host).
+            but an error where the CUDA path cannot be taken), "reference" or "cpu".
+        per_tensor: one frame per parameter of the bucket (selection and scales per
+            tensor); False compresses runs of consecutive parameters as one. None: False
+            for the sparsifiers (topk, dgc, randomk, threshold select over the bucket, which
+            trained better in the convergence suite), True for the other codecs.
+        compress_1d: compress 1-D parameters too. None: not per_tensor (per-tensor frames
+            send biases and norm scales dense; bucket-wide frames compress them).
+        min_numel: parameters with fewer elements travel dense.
+        warmup_steps: the first steps run dense ("dense") or with a ramp ("ramp").
+        warmup: "dense", or "ramp" for the sparsifiers (kept fraction
+            ratio^((t+1)/(warmup_steps+1)) at step t, DGC's schedule); others run dense.
+        momentum: momentum correction (DGC): the hook keeps u = momentum·u + g per rank and
+            compresses u; use the optimizer without momentum. 0 disables it.
+        nonfinite: "raise", "skip" or "propagate": what every rank does with a bucket in
+            which some rank's gradient is not finite.
+        threads: CPU threads of the library's calls (None: torch.get_num_threads()).
     """
 
     def __init__(
         self,
         spec: Any = "topk:ratio=0.01",
         process_group: Optional[Any] = None,
-        error_feedback: bool = True,
+        error_feedback: Optional[bool] = None,
         seed: int = 0,
         strategy: Optional[str] = None,
         backend: str = "auto",
+        *,
+        per_tensor: Optional[bool] = None,
+        compress_1d: Optional[bool] = None,
+        min_numel: int = 0,
+        warmup_steps: int = 0,
+        warmup: str = "dense",
+        momentum: float = 0.0,
+        nonfinite: str = "raise",
+        threads: Optional[int] = None,
     ) -> None:
         self.codec = spec if isinstance(spec, _gc.Codec) else _gc.Codec(spec)
         self.process_group = process_group
-        self.error_feedback = bool(error_feedback)
+        self.bounds = self.codec.bounds()
+        self.error_feedback = self.bounds["feedback_safe"] if error_feedback is None \
+            else bool(error_feedback)
+        if self.error_feedback and not self.bounds["feedback_safe"] and \
+                self.codec.spec not in _warned:
+            _warned.add(self.codec.spec)
+            warnings.warn(f"gradcodec: error feedback with {self.codec.spec} can amplify the "
+                          f"codec's error: {self.bounds['reason']}", stacklevel=2)
         self.seed = int(seed)
         self.strategy = default_strategy(self.codec) if strategy is None else strategy
         _check_strategy(self.codec, self.strategy)
         self.backend = backend
+        self.per_tensor = self.codec.name not in _SPARSIFIERS if per_tensor is None \
+            else bool(per_tensor)
+        self.compress_1d = (not self.per_tensor) if compress_1d is None else bool(compress_1d)
+        self.min_numel = int(min_numel)
+        if warmup not in WARMUP:
+            raise ValueError(f"warmup must be one of {WARMUP}, not {warmup!r}")
+        if int(warmup_steps) < 0:
+            raise ValueError("warmup_steps must be >= 0")
+        self.warmup_steps = int(warmup_steps)
+        self.warmup = warmup
+        if not 0.0 <= float(momentum) < 1.0:
+            raise ValueError("momentum must be in [0, 1)")
+        self.momentum = float(momentum)
+        if nonfinite not in NONFINITE:
+            raise ValueError(f"nonfinite must be one of {NONFINITE}, not {nonfinite!r}")
+        self.nonfinite = nonfinite
+        self.threads = threads
         self.step = 0
-        self.bytes_sent = 0  # bytes this rank contributed to the hook's collectives
-        self.dense_bytes = 0  # bytes an uncompressed float32 allreduce would have sent
+        self.bytes_sent = 0  # bytes this rank sent on the wire (docs/python.md, "Counters")
+        self.dense_bytes = 0  # what DDP's float32 ring allreduce of the same buckets sends
+        self.skipped = 0  # buckets not reduced because a gradient was not finite
         self._buckets: Dict[int, _Bucket] = {}
+        self._specs: Dict[float, _gc.Codec] = {}
 
     # --- checkpointing ---------------------------------------------------------------
 
+    _TENSORS = ("residual", "server", "momentum", "q", "m")
+
     def state_dict(self) -> Dict[str, Any]:
-        """Residuals, PowerSGD Q (and its residual M), the step counter and the settings.
-        Residuals are per rank: every rank saves and loads its own."""
+        """Residuals, momentum, PowerSGD Q and M, the step counter and the settings.
+        Residuals and momentum are per rank: every rank saves and loads its own."""
         buckets = {}
         for index, b in self._buckets.items():
             entry: Dict[str, Any] = {"layout": b.layout}
-            for name in ("residual", "q", "m"):
+            for name in self._TENSORS:
                 t = getattr(b, name)
                 entry[name] = None if t is None else t.clone()
             buckets[index] = entry
@@ -189,35 +253,39 @@ class HookState:
             "seed": self.seed,
             "strategy": self.strategy,
             "error_feedback": self.error_feedback,
+            "momentum": self.momentum,
             "step": self.step,
             "bytes_sent": self.bytes_sent,
             "dense_bytes": self.dense_bytes,
+            "skipped": self.skipped,
             "buckets": buckets,
         }
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        """Restores a state_dict() saved with the same spec, seed and strategy. A bucket
-        whose layout differs from the saved one when the hook next sees it starts afresh."""
+        """Restores a state_dict() saved with the same spec, seed, strategy and momentum. A
+        bucket whose layout differs from the saved one when the hook next sees it starts
+        afresh."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"unsupported HookState version {state.get('version')!r}")
         for key, mine in (("spec", self.codec.spec), ("seed", self.seed),
-                          ("strategy", self.strategy)):
+                          ("strategy", self.strategy), ("momentum", self.momentum)):
             if state[key] != mine:
                 raise ValueError(f"saved hook state has {key}={state[key]!r}, this one {mine!r}")
         self.error_feedback = bool(state["error_feedback"])
         self.step = int(state["step"])
-        self.bytes_sent = int(state.get("bytes_sent", 0))
-        self.dense_bytes = int(state.get("dense_bytes", 0))
+        self.bytes_sent = int(state["bytes_sent"])
+        self.dense_bytes = int(state["dense_bytes"])
+        self.skipped = int(state["skipped"])
         self._buckets = {}
         for index, entry in state["buckets"].items():
             b = _Bucket(tuple(entry["layout"]))
-            for name in ("residual", "q", "m"):
+            for name in self._TENSORS:
                 t = entry[name]
                 setattr(b, name, None if t is None else t.detach().to("cpu", torch.float32).clone())
             self._buckets[int(index)] = b
 
     def reset(self) -> None:
-        """Forgets every residual and PowerSGD Q; the step counter is kept."""
+        """Forgets every residual, momentum and PowerSGD Q; the step counter is kept."""
         self._buckets = {}
 
     # --- the hook ----------------------------------------------------------------------
@@ -244,249 +312,577 @@ class HookState:
             return True
         return nccl and self.backend == "auto" and not host_scan and _gc.backend_available("cuda")
 
-    def _encode(self, x: torch.Tensor, b: _Bucket, step: int, index: int) -> torch.Tensor:
-        # x is on the device the codec runs on: the bucket's GPU, or the host.
-        n = x.numel()
-        bound = self.codec.encode_bound(n, _DTYPES[x.dtype])
-        if b.send is None or b.send.numel() < bound or b.send.device != x.device:
-            b.send = torch.zeros(bound, dtype=torch.uint8, device=x.device)
-        kw = dict(seed=self.seed, step=step, tensor_id=index, backend=self.backend, out=b.send)
-        if self.error_feedback:
-            if b.residual is None or b.residual.numel() != n:
-                b.residual = torch.zeros(n, dtype=torch.float32, device=x.device)
-            elif b.residual.device != x.device:  # loaded from a state_dict, or moved
-                b.residual = b.residual.to(x.device)
-            return self.codec.encode_with_feedback(x, b.residual, **kw)
-        return self.codec.encode(x, **kw)
+    def _codec_at(self, step: int) -> Tuple[_gc.Codec, bool]:
+        """The codec of this step and whether the step runs dense (warm-up)."""
+        if step >= self.warmup_steps:
+            return self.codec, False
+        if self.warmup == "dense" or self.codec.name not in ("topk", "dgc", "randomk") or \
+                self.codec.params.get("k", 0) > 0:
+            return self.codec, True
+        base = float(self.codec.params["ratio"])
+        ratio = base ** ((step + 1) / (self.warmup_steps + 1))
+        codec = self._specs.get(ratio)
+        if codec is None:
+            codec = self._specs[ratio] = _gc.Codec(self.codec.name,
+                                                   **dict(self.codec.params, ratio=ratio))
+        return codec, False
 
     def _run(self, bucket: dist.GradBucket) -> torch.futures.Future:
         buf = bucket.buffer()
         if buf.dtype not in _DTYPES:
             raise TypeError(f"gradcodec hooks take float32/float16/bfloat16 gradients, "
                             f"not {buf.dtype}")
+        threads = self.threads if self.threads is not None else torch.get_num_threads()
+        if _gc.cpu_default_threads() != threads:
+            _gc.set_cpu_default_threads(threads)  # also for the PowerSGD phases and the vote
         index = int(bucket.index())
         step = self.step
         if bucket.is_last():
             self.step += 1
-        b = self._bucket_state(index, _layout(bucket))
+        b = self._bucket_state(index, _plan.layout(bucket))
         world = dist.get_world_size(self.process_group)
         device = buf.device
         x = buf.detach()
         if not self._on_device(device) and device.type != "cpu":
             x = x.to("cpu")
-        self.dense_bytes += 4 * x.numel()
-        if self.strategy == "powersgd":
-            work, finish = self._powersgd(bucket, b, x, index, world, device)
+        self.dense_bytes += _allreduce_wire(4 * x.numel(), world)
+        bad = not bool(torch.isfinite(x).all())
+        codec, dense = self._codec_at(step)
+        ctx = _Step(self, b, codec, step, index, world, device, bad)
+        if dense:
+            work, finish = _dense_f32(ctx, x)
+        elif self.strategy == "powersgd":
+            work, finish = _powersgd(ctx, bucket, x)
         elif self.strategy == "dense":
-            work, finish = self._dense(b, x, step, index, world, device)
+            if codec.name == "bf16" and _backend_of(self.process_group, device.type) == "gloo":
+                work, finish = _two_phase(ctx, x)  # gloo cannot sum bfloat16
+            else:
+                work, finish = _dense(ctx, x)
+        elif self.strategy == "two_phase":
+            work, finish = _two_phase(ctx, x)
         else:
-            work, finish = self._allgather(b, x, step, index, world, device)
-
-        def write_back(result: torch.Tensor) -> torch.Tensor:
-            buf.copy_(result)
-            return buf
+            work, finish = _allgather(ctx, x)
 
         def done(fut: torch.futures.Future) -> torch.Tensor:
             fut.value()  # raises if the collective failed
-            return write_back(finish())
+            result, bad = finish()
+            if bad:
+                result = ctx.settle(result, bad)
+            else:
+                ctx.commit(result)
+            buf.copy_(result)
+            return buf
 
         return work.get_future().then(done)
 
-    def _allgather(self, b, x, step, index, world, device):
-        n = x.numel()
-        frame = self._encode(x, b, step, index)
-        size = int(frame.numel())
-        if b.expected is None:
-            b.expected = _gc.peek(frame)  # one header copy per bucket, on the first step
-        expected = b.expected
-        pg = self.process_group
-        if self.codec.name in _VARIABLE_SIZE:
-            mine = torch.tensor([size], dtype=torch.int64, device=device)
-            gathered = [torch.empty_like(mine) for _ in range(world)]
-            dist.all_gather(gathered, mine, group=pg)
-            sizes = [int(s.item()) for s in gathered]
+
+class _Step:
+    """What one bucket's collectives share: settings, context, the non-finite decision."""
+
+    def __init__(self, state: HookState, b: _Bucket, codec: _gc.Codec, step: int, index: int,
+                 world: int, device: torch.device, bad: bool) -> None:
+        self.state, self.b, self.codec, self.step, self.index = state, b, codec, step, index
+        self.world, self.device, self.bad = world, device, bad
+        self.pg = state.process_group
+        self.backend = state.backend
+        self.ef = state.error_feedback and not bad  # a bad gradient must not enter a residual
+        # Callables that give this step's error-feedback contributions back to their
+        # residuals when the bucket is not reduced (non-finite somewhere).
+        self.undo: List[Callable[[], None]] = []
+        # Momentum correction: this step's u, kept only when the bucket is reduced.
+        self.new_momentum: Optional[torch.Tensor] = None
+        self.segs: List[_plan.Segment] = []  # the strategy's segments of the bucket
+
+    def kw(self, tensor_id: int) -> Dict[str, Any]:
+        return dict(seed=self.state.seed, step=self.step, tensor_id=tensor_id,
+                    backend=self.backend)
+
+    def residual(self, n: int, where: torch.device) -> torch.Tensor:
+        b = self.b
+        if b.residual is None or b.residual.numel() != n:
+            b.residual = torch.zeros(n, dtype=torch.float32, device=where)
+        elif b.residual.device != where:  # loaded from a state_dict, or moved
+            b.residual = b.residual.to(where)
+        return b.residual
+
+    def compress_input(self, x: torch.Tensor, segs) -> torch.Tensor:
+        """What the codec compresses: the gradient, zeros in place of a bad one (the same
+        dtype, so every rank's frames have the same header), or with momentum correction
+        the local momentum u = m·u + g of the compressed segments (float32)."""
+        m = self.state.momentum
+        if self.bad:
+            return torch.zeros(x.shape, dtype=torch.float32 if m else x.dtype,
+                               device=x.device)
+        if m == 0.0:
+            return x
+        v = self.momentum_buffer(x.numel(), x.device).clone()
+        for s in segs:
+            if s.compressed:
+                s.of(v).mul_(m).add_(s.of(x))
+        self.new_momentum = v
+        return v
+
+    def momentum_buffer(self, n: int, where: torch.device) -> torch.Tensor:
+        b = self.b
+        if b.momentum is None or b.momentum.numel() != n:
+            b.momentum = torch.zeros(n, dtype=torch.float32, device=where)
+        elif b.momentum.device != where:
+            b.momentum = b.momentum.to(where)
+        return b.momentum
+
+    def mask_momentum(self, segs) -> None:
+        """DGC's factor masking: zero the momentum where the sparsifier sent it (there the
+        residual is exactly zero after the encode)."""
+        u, e = self.new_momentum, self.b.residual
+        if u is None or not self.ef or self.codec.name not in _SPARSIFIERS:
+            return
+        for s in segs:
+            if s.compressed:
+                s.of(u).masked_fill_(s.of(e) == 0, 0.0)
+
+    def commit(self, result: torch.Tensor) -> None:
+        """The bucket was reduced: keep this step's momentum; the segments that travel
+        dense get theirs after the mean, u = m·u + mean(g), sent on in place of the mean
+        (the same on every rank)."""
+        m = self.state.momentum
+        if m == 0.0:
+            return
+        if self.new_momentum is not None:
+            self.b.momentum = self.new_momentum
+        u = self.momentum_buffer(result.numel(), result.device)
+        for s in self.segs:
+            if not s.compressed:
+                s.of(u).mul_(m).add_(s.of(result))
+                s.of(result).copy_(s.of(u))
+
+    def encode(self, codec, x: torch.Tensor, res: Optional[torch.Tensor], out: torch.Tensor,
+               tensor_id: int, rows: int = 0) -> torch.Tensor:
+        kw = self.kw(tensor_id)
+        if codec.name == "powersgd" and rows:
+            kw["rows"] = rows
+        if res is not None:
+            frame = codec.encode_with_feedback(x, res, out=out, **kw)
+            backend = self.backend
+            # Gives the encoded part back to the residual: e + decode(frame) = p.
+            self.undo.append(lambda: _gc.decode_accumulate(frame, res, 1.0, backend=backend))
+            return frame
+        return codec.encode(x, out=out, **kw)
+
+    def expected(self, codec, seg_id: int, frame: torch.Tensor):
+        key = (codec.spec, seg_id)
+        e = self.b.expected.get(key)
+        if e is None:
+            e = self.b.expected[key] = _gc.peek(frame)  # one header copy per segment
+        return e
+
+    def settle(self, result: torch.Tensor, bad) -> torch.Tensor:
+        """The bucket is not reduced: every rank takes the same decision. bad: the ranks
+        whose gradient was not finite, or their number."""
+        for give_back in self.undo:
+            give_back()
+        self.state.skipped += 1
+        if self.state.nonfinite == "raise":
+            who = f"{bad} of {self.world} ranks" if isinstance(bad, int) else \
+                f"rank{'s' if len(bad) > 1 else ''} {', '.join(map(str, bad))}"
+            raise NonFiniteGradient(
+                f"gradcodec hook: the gradient of bucket {self.index} at step {self.step} is "
+                f"not finite (NaN or Inf) on {who}; every rank stops here "
+                f"(HookState(nonfinite='skip') zeroes such buckets, 'propagate' passes NaN "
+                f"on, e.g. to a loss scaler)", _gc.StatusCode.nonfinite_input)
+        fill = 0.0 if self.state.nonfinite == "skip" else float("nan")
+        return torch.full_like(result, fill)
+
+
+def _bad_ranks(flags) -> List[int]:
+    return [r for r, f in enumerate(flags) if f]
+
+
+def _dense_f32(ctx: _Step, x: torch.Tensor):
+    """Warm-up: the float32 mean, as DDP's own allreduce (one more element: the count of
+    ranks whose gradient is not finite)."""
+    n = x.numel()
+    wire = torch.empty(n + 1, dtype=torch.float32, device=ctx.device)
+    if ctx.bad:
+        wire[:n].zero_()
+    else:
+        wire[:n].copy_(x)
+    wire[n] = 1.0 if ctx.bad else 0.0
+    ctx.state.bytes_sent += _allreduce_wire(4 * (n + 1), ctx.world)
+    ctx.segs = [_plan.Segment(0, n, 0, False, 0)]
+    work = dist.all_reduce(wire, group=ctx.pg, async_op=True)
+
+    def finish():
+        return wire[:n].div_(ctx.world), int(wire[n].item())
+
+    return work, finish
+
+
+def _segments(ctx: _Step) -> List[_plan.Segment]:
+    b, st = ctx.b, ctx.state
+    if b.segments is None:
+        vote = st.strategy == "vote"  # a vote of some segments and a mean of others differ
+        b.segments = _plan.segments(b.layout[2], ctx.index, per_tensor=st.per_tensor,
+                                    compress_1d=st.compress_1d or vote,
+                                    min_numel=0 if vote else st.min_numel)
+    return b.segments
+
+
+def _allgather(ctx: _Step, x: torch.Tensor):
+    """Each rank's frames (and dense values) in one message, all-gathered; every rank
+    decode-accumulates them in rank order."""
+    codec, world = ctx.codec, ctx.world
+    b, segs = ctx.b, _segments(ctx)
+    ctx.segs = segs
+    n = x.numel()
+    src = ctx.compress_input(x, segs)
+    dtype = _DTYPES[src.dtype]
+    bounds = [_align(codec.encode_bound(s.numel, dtype,
+                                        s.rows if codec.name == "powersgd" else 0))
+              if s.compressed else _align(4 * s.numel) for s in segs]
+    capacity = _PREAMBLE + sum(bounds)
+    if b.send is None or b.send.numel() < capacity or b.send.device != x.device:
+        b.send = torch.zeros(capacity, dtype=torch.uint8, device=x.device)
+    send = b.send
+    send[:_PREAMBLE].zero_()
+    send[0] = 1 if ctx.bad else 0
+    res = ctx.residual(n, x.device) if ctx.ef else None
+    sizes, offset, frames = [], _PREAMBLE, []
+    for s, bound in zip(segs, bounds):
+        out = send[offset:offset + bound]
+        if s.compressed:
+            f = ctx.encode(codec, s.of(src), None if res is None else s.of(res), out,
+                           s.tensor_id, s.rows)
+            size = int(f.numel())
+            frames.append(f)
         else:
-            sizes = [size] * world
-        length = max(sizes)
-        send = b.send[:length]
-        send[size:].zero_()  # the padding of a frame shorter than the longest
-        self.bytes_sent += length
-        send = send.to(device)  # a no-op on the CUDA path and for CPU buckets
-        recv = [torch.empty(length, dtype=torch.uint8, device=device) for _ in range(world)]
-        work = dist.all_gather(recv, send, group=pg, async_op=True)
-        vote = self.strategy == "vote"
-        backend = self.backend
-        where = x.device  # where the codec runs: the GPU on the CUDA path, else the host
+            out[:4 * s.numel].view(torch.float32).copy_(s.of(x) if not ctx.bad else 0.0)
+            size = 4 * s.numel
+            frames.append(None)
+        sizes.append(size)
+        offset += _align(size)
+    ctx.mask_momentum(segs)
+    pg = ctx.pg
+    if codec.name in _VARIABLE_SIZE:
+        mine = torch.tensor(sizes, dtype=torch.int64, device=ctx.device)
+        gathered = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(gathered, mine, group=pg)
+        all_sizes = [[int(v) for v in g.tolist()] for g in gathered]
+    else:
+        all_sizes = [sizes] * world
+    lengths = [_PREAMBLE + sum(_align(v) for v in sz) for sz in all_sizes]
+    length = max(lengths)
+    if length > send.numel():  # another rank's frames are larger than this one's bound
+        grown = torch.zeros(length, dtype=torch.uint8, device=x.device)
+        grown[:offset].copy_(send[:offset])
+        send = b.send = grown
+    msg = send[:length]
+    msg[offset:].zero_()  # padding up to the longest message
+    ctx.state.bytes_sent += _allgather_wire(length, world)
+    msg = msg.to(ctx.device)  # a no-op on the CUDA path and for CPU buckets
+    recv = [torch.empty(length, dtype=torch.uint8, device=ctx.device) for _ in range(world)]
+    work = dist.all_gather(recv, msg, group=pg, async_op=True)
+    vote = ctx.state.strategy == "vote"
+    backend = ctx.backend
+    where = x.device  # where the codec runs: the GPU on the CUDA path, else the host
+    expected = [ctx.expected(codec, i, f) if f is not None else None
+                for i, f in enumerate(frames)]
 
-        def finish() -> torch.Tensor:
-            if vote:  # the majority vote runs on the host
-                frames = [r.to("cpu")[:s] for r, s in zip(recv, sizes)]
-                return _gc.sign_majority_vote(frames, torch.empty(n, dtype=torch.float32))
-            frames = [r.to(where)[:s] for r, s in zip(recv, sizes)]
-            if where.type == "cuda":
-                # The callback runs on another stream than the one recv was allocated on:
-                # keep torch's allocator from reusing recv before the decodes have read it.
-                stream = torch.cuda.current_stream(where)
-                for r in recv:
-                    r.record_stream(stream)
-            acc = torch.zeros(n, dtype=torch.float32, device=where)
-            alpha = 1.0 / world
-            # Each decode checks its frame against the expected header where the frame is
-            # and leaves a verdict there: one look at all of them at the end, instead of a
-            # host wait for each frame's header on the GPU.
-            verdicts = torch.empty((len(frames), 16), dtype=torch.uint8, device=where)
-            for f, verdict in zip(frames, verdicts):
-                _gc.decode_accumulate_expected(expected, f, acc, verdict, alpha, backend=backend)
-            _gc.check_verdicts(verdicts.cpu())
-            return acc
-
-        return work, finish
-
-    def _dense(self, b, x, step, index, world, device):
-        n = x.numel()
-        pg = self.process_group
-        backend = self.backend
-        if self.codec.name == "randomk":
-            # Same indices on every rank: sum the k values in place in the frame.
-            frame = self._encode(x, b, step, index)
-            count = _gc.peek(frame).count
-            values = frame[_gc.header_bytes + 16:]
-            wire = x.dtype
-        else:
-            # fp16/bf16: divide first so the 16-bit sum cannot overflow where the mean fits.
-            # No peek: the count is n, and a CUDA frame's header would cost a host wait.
-            frame = self._encode(x.to(torch.float32) / world, b, step, index)
-            count = n
-            values = frame[_gc.header_bytes:]
-            wire = torch.float16 if self.codec.name == "fp16" else torch.bfloat16
-        width = 4 if wire == torch.float32 else 2
-        values = values[: count * width].view(wire)
-        sent = values
-        if wire == torch.bfloat16 and _backend_of(pg, device.type) == "gloo":
-            sent = values.to(torch.float32)  # gloo cannot sum bfloat16: sum the exact widening
-        else:
-            sent = values.to(device)  # the same tensor when the frame is on the bucket's device
-        self.bytes_sent += sent.numel() * sent.element_size()
-        work = dist.all_reduce(sent, group=pg, async_op=True)
-
-        def finish() -> torch.Tensor:
-            if sent is not values:
-                values.copy_(sent.to(values.device))  # rounds a float32 sum to the wire dtype
-            acc = torch.zeros(n, dtype=torch.float32, device=x.device)
-            if self.codec.name == "randomk":
-                _gc.decode_accumulate(frame, acc, 1.0 / world, backend=backend)
+    def finish():
+        msgs = [r.to(where) for r in recv]
+        if where.type == "cuda":
+            # The callback runs on another stream than the one recv was allocated on:
+            # keep torch's allocator from reusing recv before the decodes have read it.
+            stream = torch.cuda.current_stream(where)
+            for r in recv:
+                r.record_stream(stream)
+        flags = [int(m[0].item()) for m in msgs]
+        acc = torch.zeros(n, dtype=torch.float32, device=where)
+        verdicts = torch.empty((world * len(segs), 16), dtype=torch.uint8, device=where)
+        v = 0
+        offsets = [_PREAMBLE] * world
+        for i, s in enumerate(segs):
+            parts = []
+            for r in range(world):
+                size = all_sizes[r][i]
+                parts.append(msgs[r][offsets[r]:offsets[r] + size])
+                offsets[r] += _align(size)
+            if vote:
+                host = [p.to("cpu") for p in parts]
+                s.of(acc).copy_(torch.from_numpy(_gc.sign_majority_vote(host)).to(where))
+            elif s.compressed:
+                for p in parts:
+                    # Each decode checks its frame against the expected header where the
+                    # frame is and leaves a verdict there: one look at all of them at the
+                    # end, instead of a host wait for each frame's header on the GPU.
+                    _gc.decode_accumulate_expected(expected[i], p, s.of(acc), verdicts[v],
+                                                   1.0 / world, backend=backend)
+                    v += 1
             else:
-                _gc.decode(frame, acc, backend=backend)
-            return acc
+                total = s.of(acc)
+                for p in parts:  # the exact float32 mean, in rank order
+                    total.add_(p.view(torch.float32))
+                total.div_(world)
+        _gc.check_verdicts(verdicts[:v].cpu())
+        return acc, _bad_ranks(flags)
 
-        return work, finish
+    return work, finish
 
-    def _plan_powersgd(self, bucket: Any, b: _Bucket, index: int, where: torch.device) -> None:
-        # where: the device the phases run on (the bucket's GPU, or the host).
-        codec = self.codec
-        b.matrices, b.dense = [], []
-        p_total = q_total = m_total = 0
-        offset = 0
-        dense: List[Tuple[int, int]] = []
-        for position, param in enumerate(bucket.parameters()):
-            numel = int(param.numel())
-            if param.dim() >= 2 and numel > 0:
-                rows = int(param.shape[0])
-                cols = numel // rows
-                if _gc.powersgd_compresses(codec, rows, cols):
-                    r = _gc.powersgd_rank(codec, rows, cols)
-                    # Distinct shared-seed starts for the matrices of one bucket.
-                    tid = (index << 16) | position
-                    b.matrices.append(_Matrix(offset, rows, cols, r, p_total, q_total, m_total,
-                                              tid))
-                    p_total += rows * r
-                    q_total += cols * r
-                    m_total += rows * cols
-                    offset += numel
-                    continue
-            dense.append((offset, numel))
-            offset += numel
-        if offset != bucket.buffer().numel():
-            raise RuntimeError("gradcodec: the bucket's parameters do not tile its buffer")
-        for off, numel in dense:
-            b.dense.append((off, numel, p_total))
-            p_total += numel
-        b.p = torch.zeros(p_total, dtype=torch.float32, device=where)
-        loaded = b.q is not None and b.q.numel() == q_total and b.m is not None and \
-            b.m.numel() == m_total
-        if loaded:  # from a state_dict, on the host
-            b.q, b.m = b.q.to(where), b.m.to(where)
-        else:
-            b.q = torch.empty(q_total, dtype=torch.float32, device=where)
-            b.m = torch.zeros(m_total, dtype=torch.float32, device=where)
-            for mat in b.matrices:
-                _gc.powersgd_init_q(codec, mat.rows, mat.cols,
-                                    b.q[mat.q_off:mat.q_off + mat.cols * mat.rank],
-                                    seed=self.seed, tensor_id=mat.tensor_id)
 
-    def _powersgd(self, bucket, b, x, index, world, device):
-        codec = self.codec
-        pg = self.process_group
-        if b.p is None or b.p.device != x.device:
-            self._plan_powersgd(bucket, b, index, x.device)
-        n = x.numel()
-        p, q, m = b.p, b.q, b.m
+def _dense(ctx: _Step, x: torch.Tensor):
+    """fp16/bf16: the 16-bit values summed by one allreduce; randomk: the k values of each
+    segment (every rank draws the same indices). One more element counts the ranks whose
+    gradient is not finite."""
+    codec, world = ctx.codec, ctx.world
+    n = x.numel()
+    b = ctx.b
+    randomk = codec.name == "randomk"
+    if randomk:
+        segs = [s for s in _plan.segments(b.layout[2], ctx.index, per_tensor=ctx.state.per_tensor,
+                                          compress_1d=True, min_numel=0)]
+        src = ctx.compress_input(x, segs)
+        wire_dtype = torch.float32 if src.dtype == torch.float32 else x.dtype
+    else:
+        # Divide first so the 16-bit sum cannot overflow where the mean fits.
+        segs = [_plan.Segment(0, n, 0, True, ctx.index)]
+        src = ctx.compress_input(x, segs).to(torch.float32) / world
+        wire_dtype = torch.float16 if codec.name == "fp16" else torch.bfloat16
+    ctx.segs = segs
+    width = torch.empty((), dtype=wire_dtype).element_size()
+    res = ctx.residual(n, x.device) if ctx.ef else None
+    bounds = [codec.encode_bound(s.numel, _DTYPES[src.dtype]) for s in segs]
+    frames = []
+    for s, bound in zip(segs, bounds):
+        out = torch.empty(bound, dtype=torch.uint8, device=x.device)
+        frames.append(ctx.encode(codec, s.of(src), None if res is None else s.of(res), out,
+                                 s.tensor_id))
+    ctx.mask_momentum(segs)
+    start = _gc.header_bytes + (16 if randomk else 0)
+    counts = [_gc.peek(f).count if randomk else s.numel for f, s in zip(frames, segs)]
+    total = sum(counts)
+    wire = torch.empty(total + 1, dtype=wire_dtype, device=x.device)
+    pos = 0
+    for f, c in zip(frames, counts):
+        wire[pos:pos + c].copy_(f[start:start + c * width].view(wire_dtype))
+        pos += c
+    wire[total] = 1.0 if ctx.bad else 0.0
+    sent = wire.to(ctx.device)  # the same tensor when the codec runs on the bucket's device
+    ctx.state.bytes_sent += _allreduce_wire(sent.numel() * width, world)
+    work = dist.all_reduce(sent, group=ctx.pg, async_op=True)
+    backend = ctx.backend
+
+    def finish():
+        summed = sent.to(x.device)
+        bad = int(summed[total].item())
+        acc = torch.zeros(n, dtype=torch.float32, device=x.device)
+        if bad:  # the frames stay as encoded: settle() gives them back to the residual
+            return acc, bad
+        pos = 0
+        for f, c, s in zip(frames, counts, segs):
+            f[start:start + c * width].view(wire_dtype).copy_(summed[pos:pos + c])
+            pos += c
+            if randomk:
+                _gc.decode_accumulate(f, s.of(acc), 1.0 / world, backend=backend)
+            else:
+                _gc.decode(f, s.of(acc), backend=backend)
+        return acc, 0
+
+    return work, finish
+
+
+def _two_phase(ctx: _Step, x: torch.Tensor):
+    """Chunk c of every rank goes to rank c (all-to-all), which decode-accumulates them in
+    rank order, re-encodes the mean (with its own residual under error feedback) and
+    all-gathers it: the bytes of a ring allreduce of the codec's frames."""
+    codec, world, b = ctx.codec, ctx.world, ctx.b
+    n = x.numel()
+    me = dist.get_rank(ctx.pg)
+    lo = [c * n // world for c in range(world + 1)]
+    segs = [_plan.Segment(lo[c], lo[c + 1] - lo[c], 0, True, (ctx.index << 16) | c)
+            for c in range(world)]
+    ctx.segs = segs
+    src = ctx.compress_input(x, segs)
+    dtype = _DTYPES[src.dtype]
+    res = ctx.residual(n, x.device) if ctx.ef else None
+    lengths = [_PREAMBLE + _align(codec.encode_bound(s.numel, dtype)) for s in segs]
+    send = torch.zeros(sum(lengths), dtype=torch.uint8, device=x.device)
+    offset = 0
+    for s, length in zip(segs, lengths):
+        send[offset] = 1 if ctx.bad else 0
+        f = ctx.encode(codec, s.of(src), None if res is None else s.of(res),
+                       send[offset + _PREAMBLE:offset + length], s.tensor_id)
+        offset += length
+    ctx.mask_momentum(segs)
+    mine = lengths[me]
+    recv = torch.empty(mine * world, dtype=torch.uint8, device=x.device)
+    ctx.state.bytes_sent += sum(lengths) - mine
+    dist.all_to_all_single(recv, send, output_split_sizes=[mine] * world,
+                           input_split_sizes=lengths, group=ctx.pg)
+    chunk = segs[me]
+    acc = torch.zeros(chunk.numel, dtype=torch.float32, device=x.device)
+    bad_in = []
+    for r in range(world):
+        m = recv[r * mine:(r + 1) * mine]
+        bad_in.append(int(m[0].item()))
+        f = m[_PREAMBLE:]
+        _gc.decode_accumulate(f[:_gc.peek(f).frame_bytes], acc, 1.0 / world,
+                              backend=ctx.backend)
+    # The owner's re-encode: its own residual for its chunk under error feedback.
+    longest = max(lengths)
+    out = torch.zeros(longest, dtype=torch.uint8, device=x.device)
+    out[0] = min(255, sum(bad_in))
+    server = None
+    if ctx.ef:
+        if b.server is None or b.server.numel() != chunk.numel:
+            b.server = torch.zeros(chunk.numel, dtype=torch.float32, device=x.device)
+        server = b.server
+    ctx.encode(codec, acc, server, out[_PREAMBLE:], (ctx.index << 16) | 0x8000 | me)
+    ctx.state.bytes_sent += _allgather_wire(longest, world)
+    recv2 = [torch.empty(longest, dtype=torch.uint8, device=x.device) for _ in range(world)]
+    work = dist.all_gather(recv2, out, group=ctx.pg, async_op=True)
+    backend = ctx.backend
+
+    def finish():
+        result = torch.empty(n, dtype=torch.float32, device=x.device)
+        bad = max(int(m[0].item()) for m in recv2)  # every owner saw every rank's flag
+        if bad:
+            return result, bad
+        for c, m in enumerate(recv2):
+            f = m[_PREAMBLE:]
+            _gc.decode(f[:_gc.peek(f).frame_bytes], segs[c].of(result), backend=backend)
+        return result, 0
+
+    return work, finish
+
+
+def _plan_powersgd(ctx: _Step, bucket: Any, where: torch.device) -> None:
+    # where: the device the phases run on (the bucket's GPU, or the host).
+    codec, b, index = ctx.state.codec, ctx.b, ctx.index
+    b.matrices, b.dense = [], []
+    p_total = q_total = m_total = 0
+    offset = 0
+    dense: List[Tuple[int, int]] = []
+    for position, param in enumerate(bucket.parameters()):
+        numel = int(param.numel())
+        if param.dim() >= 2 and numel > 0:
+            rows = int(param.shape[0])
+            cols = numel // rows
+            if _gc.powersgd_compresses(codec, rows, cols):
+                r = _gc.powersgd_rank(codec, rows, cols)
+                b.matrices.append(_Matrix(offset, rows, cols, r, p_total, q_total, m_total,
+                                          _plan.tensor_id(index, position)))
+                p_total += rows * r
+                q_total += cols * r
+                m_total += rows * cols
+                offset += numel
+                continue
+        dense.append((offset, numel))
+        offset += numel
+    if offset != bucket.buffer().numel():
+        raise RuntimeError("gradcodec: the bucket's parameters do not tile its buffer")
+    for off, numel in dense:
+        b.dense.append((off, numel, p_total))
+        p_total += numel
+    b.p = torch.zeros(p_total + 1, dtype=torch.float32, device=where)  # + the non-finite count
+    loaded = b.q is not None and b.q.numel() == q_total and b.m is not None and \
+        b.m.numel() == m_total
+    if loaded:  # from a state_dict, on the host
+        b.q, b.m = b.q.to(where), b.m.to(where)
+    else:
+        b.q = torch.empty(q_total, dtype=torch.float32, device=where)
+        b.m = torch.zeros(m_total, dtype=torch.float32, device=where)
+        for mat in b.matrices:
+            _gc.powersgd_init_q(codec, mat.rows, mat.cols,
+                                b.q[mat.q_off:mat.q_off + mat.cols * mat.rank],
+                                seed=ctx.state.seed, tensor_id=mat.tensor_id)
+
+
+class _Matrix:
+    """One PowerSGD-compressed parameter of a bucket and its slices of the flat buffers."""
+
+    __slots__ = ("offset", "rows", "cols", "rank", "p_off", "q_off", "m_off", "tensor_id")
+
+    def __init__(self, offset, rows, cols, rank, p_off, q_off, m_off, tensor_id):
+        self.offset, self.rows, self.cols, self.rank = offset, rows, cols, rank
+        self.p_off, self.q_off, self.m_off, self.tensor_id = p_off, q_off, m_off, tensor_id
+
+
+def _powersgd(ctx: _Step, bucket: Any, x: torch.Tensor):
+    """The library's PowerSGD phases per matrix of the bucket around two allreduces (all
+    P's, then all Q's); tensors PowerSGD does not compress ride dense in the P allreduce."""
+    codec, b, world, device = ctx.state.codec, ctx.b, ctx.world, ctx.device
+    pg = ctx.pg
+    if b.p is None or b.p.device != x.device:
+        _plan_powersgd(ctx, bucket, x.device)
+    n = x.numel()
+    p, q, m = b.p, b.q, b.m
+    segs = [_plan.Segment(mat.offset, mat.rows * mat.cols, mat.rows, True, mat.tensor_id)
+            for mat in b.matrices] + \
+        [_plan.Segment(off, numel, 0, False, 0) for off, numel, _ in b.dense]
+    ctx.segs = segs
+    src = ctx.compress_input(x, segs)
+    for mat in b.matrices:
+        size = mat.rows * mat.cols
+        _gc.powersgd_compute_p(codec, src[mat.offset:mat.offset + size],
+                               m[mat.m_off:mat.m_off + size],
+                               q[mat.q_off:mat.q_off + mat.cols * mat.rank],
+                               p[mat.p_off:mat.p_off + mat.rows * mat.rank], rows=mat.rows)
+    for off, numel, poff in b.dense:
+        p[poff:poff + numel].copy_(x[off:off + numel] if not ctx.bad else 0.0)
+    flag = p.numel() - 1
+    p[flag] = 1.0 if ctx.bad else 0.0
+
+    def reduce(t: torch.Tensor, async_op: bool):
+        ctx.state.bytes_sent += _allreduce_wire(4 * t.numel(), world)
+        if t.device == device:  # host buckets, or the phases on the bucket's GPU
+            return dist.all_reduce(t, group=pg, async_op=async_op), t
+        on_device = t.to(device)
+        return dist.all_reduce(on_device, group=pg, async_op=async_op), on_device
+
+    def copy_back(t: torch.Tensor, reduced: torch.Tensor) -> None:
+        if reduced is not t:
+            t.copy_(reduced.to("cpu"))
+
+    ef = ctx.state.error_feedback
+    if b.matrices:
+        _, p_red = reduce(p, False)
+        copy_back(p, p_red)
+        # Every P at once (one launch per 64 layers on a GPU), then Q = M^T P each:
+        # the bits of powersgd_compute_q per layer.
+        _gc.powersgd_orthogonalize_batch(
+            p, [(mat.p_off, mat.rows, mat.rank) for mat in b.matrices], codec.params["eps"])
         for mat in b.matrices:
             size = mat.rows * mat.cols
-            _gc.powersgd_compute_p(codec, x[mat.offset:mat.offset + size],
-                                   m[mat.m_off:mat.m_off + size],
-                                   q[mat.q_off:mat.q_off + mat.cols * mat.rank],
-                                   p[mat.p_off:mat.p_off + mat.rows * mat.rank], rows=mat.rows)
-        for off, numel, poff in b.dense:
-            p[poff:poff + numel].copy_(x[off:off + numel])
+            _gc.powersgd_project_q(codec, p[mat.p_off:mat.p_off + mat.rows * mat.rank],
+                                   m[mat.m_off:mat.m_off + size], mat.rows, mat.cols,
+                                   q[mat.q_off:mat.q_off + mat.cols * mat.rank])
+        work, q_red = reduce(q, True)
+    else:
+        work, p_red = reduce(p, True)
+        q_red = q
 
-        def reduce(t: torch.Tensor, async_op: bool):
-            self.bytes_sent += 4 * t.numel()
-            if t.device == device:  # host buckets, or the phases on the bucket's GPU
-                return dist.all_reduce(t, group=pg, async_op=async_op), t
-            on_device = t.to(device)
-            return dist.all_reduce(on_device, group=pg, async_op=async_op), on_device
-
-        def copy_back(t: torch.Tensor, reduced: torch.Tensor) -> None:
-            if reduced is not t:
-                t.copy_(reduced.to("cpu"))
-
-        ef = self.error_feedback
+    def finish():
         if b.matrices:
-            _, p_red = reduce(p, False)
-            copy_back(p, p_red)
-            # Every P at once (one launch per 64 layers on a GPU), then Q = M^T P each:
-            # the bits of powersgd_compute_q per layer.
-            _gc.powersgd_orthogonalize_batch(
-                p, [(mat.p_off, mat.rows, mat.rank) for mat in b.matrices], codec.params["eps"])
-            for mat in b.matrices:
-                size = mat.rows * mat.cols
-                _gc.powersgd_project_q(codec, p[mat.p_off:mat.p_off + mat.rows * mat.rank],
-                                       m[mat.m_off:mat.m_off + size], mat.rows, mat.cols,
-                                       q[mat.q_off:mat.q_off + mat.cols * mat.rank])
-            work, q_red = reduce(q, True)
+            copy_back(q, q_red)
         else:
-            work, p_red = reduce(p, True)
-            q_red = q
+            copy_back(p, p_red)
+        bad = int(p[flag].item())
+        out = torch.empty(n, dtype=torch.float32, device=p.device)
+        if bad:
+            # Not reduced: M keeps g + e (nothing is lost) and Q the mean for the warm start.
+            q.div_(world)
+            return out, bad
+        for mat in b.matrices:
+            size = mat.rows * mat.cols
+            _gc.powersgd_finish(codec, p[mat.p_off:mat.p_off + mat.rows * mat.rank],
+                                q[mat.q_off:mat.q_off + mat.cols * mat.rank], world,
+                                m[mat.m_off:mat.m_off + size],
+                                out[mat.offset:mat.offset + size], error_feedback=ef,
+                                rows=mat.rows)
+        for off, numel, poff in b.dense:
+            torch.div(p[poff:poff + numel], world, out=out[off:off + numel])
+        return out, 0
 
-        def finish() -> torch.Tensor:
-            if b.matrices:
-                copy_back(q, q_red)
-            else:
-                copy_back(p, p_red)
-            out = torch.empty(n, dtype=torch.float32, device=p.device)
-            for mat in b.matrices:
-                size = mat.rows * mat.cols
-                _gc.powersgd_finish(codec, p[mat.p_off:mat.p_off + mat.rows * mat.rank],
-                                    q[mat.q_off:mat.q_off + mat.cols * mat.rank], world,
-                                    m[mat.m_off:mat.m_off + size],
-                                    out[mat.offset:mat.offset + size], error_feedback=ef,
-                                    rows=mat.rows)
-            for off, numel, poff in b.dense:
-                torch.div(p[poff:poff + numel], world, out=out[off:off + numel])
-            return out
-
-        return work, finish
+    return work, finish
 
 
 # The annotations are the exact objects DDP's register_comm_hook checks for.

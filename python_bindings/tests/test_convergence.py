@@ -1,7 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
-"""Convergence: 4 DDP ranks over gloo train the digits MLP of examples/ddp_digits.py with
-the same budget uncompressed and with each codec (error feedback on); every codec must end
-within 2 percentage points of the uncompressed test accuracy."""
+"""Convergence with the optimizers people use: 4 DDP ranks over gloo train, with the same
+budget uncompressed and through the gradcodec hook with every codec at its defaults and
+the hook's defaults,
+
+- a small CNN on scikit-learn's digits with momentum SGD and weight decay
+  (examples/ddp_digits.py): every codec within 1.5 accuracy points of uncompressed;
+- a 2-layer character transformer on Debian's licence texts with AdamW
+  (examples/ddp_chars.py): every codec within 3 % of the uncompressed held-out loss;
+
+while sending fewer bytes than DDP's float32 allreduce, and no run going non-finite. The
+codecs that cannot meet a target at their defaults are listed in KNOWN_GAPS with what was
+measured; they must still run to the end, finite and compressing."""
 
 import importlib.util
 import pathlib
@@ -13,34 +22,69 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+CODECS = ["topk", "dgc", "randomk", "threshold", "qsgd", "terngrad", "minmax", "onebit",
+          "sign", "fp16", "bf16", "powersgd"]
+
+# (task, codec) -> what was measured (docs/python.md, "Convergence").
+KNOWN_GAPS = {
+    ("digits", "randomk"): "random-k at 1 % with error feedback delays each element ~100 "
+                           "steps: 9.7 % (10 % with momentum correction, 96.1 % at ratio 0.5)",
+    ("chars", "randomk"): "+35.7 %",
+    ("chars", "topk"): "AdamW normalises the sparse, delayed updates: +9.1 % (+5.5 % with "
+                       "20 dense warm-up steps, +2.0 % at ratio 0.1)",
+    ("chars", "dgc"): "as top-k, +9.1 %",
+}
+# The threshold's tau is absolute: on the transformer's gradients 1e-3 keeps most elements
+# and its index + value pairs, all-gathered, outweigh a dense allreduce.
+SENDS_MORE = {("chars", "threshold")}
 
 
-def load_example():
-    # On sys.path so that the spawned ranks can import the worker function by name.
+def load_example(name):
+    # On sys.path so that the spawned ranks can import the task classes by name.
     sys.path.insert(0, str(EXAMPLES))
-    spec = importlib.util.spec_from_file_location("ddp_digits", EXAMPLES / "ddp_digits.py")
+    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["ddp_digits"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
-def test_every_codec_converges_like_uncompressed_training():
-    digits = load_example()
-    budget = digits.Budget()
-    codecs = digits.DEFAULT_CODECS
-    families = {c.split(":")[0] for c in codecs}
-    assert families == {"topk", "dgc", "qsgd", "terngrad", "minmax", "onebit", "sign",
-                        "powersgd"}
-    results = digits.compare(codecs, world_size=4, budget=budget, verbose=True)
-    assert set(results) == {digits.BASELINE, *codecs}
-    base = results[digits.BASELINE]
-    assert base["accuracy"] >= 0.95, base
+def check(task_name, results, base_ok, within):
+    compare = sys.modules["ddp_compare"]
+    assert set(results) == {compare.BASELINE, *CODECS}
+    base = results[compare.BASELINE]
+    assert base["failure"] is None and base_ok(base), base
     failures = []
-    for spec in codecs:
-        r = results[spec]
-        if r["accuracy"] < base["accuracy"] - 0.02:
-            failures.append(f"{spec}: {100 * r['accuracy']:.1f}% vs {100 * base['accuracy']:.1f}%")
-        # Every codec sent less than the dense float32 allreduce would have.
-        assert r["bytes_per_step"] < base["bytes_per_step"], spec
-    assert not failures, failures
+    for codec in CODECS:
+        r = results[codec]
+        assert r["failure"] is None, f"{task_name} {codec}: {r['failure']}"
+        # Warm-up or dense fallbacks may not eat the saving: the whole run saves at least
+        # half of what a steady step saves.
+        run_ratio = r["dense_bytes_per_step"] / r["bytes_per_step"]
+        steady_ratio = r["dense_bytes_per_step"] / r["steady_bytes_per_step"]
+        assert run_ratio >= 0.5 * steady_ratio, (task_name, codec, run_ratio, steady_ratio)
+        if (task_name, codec) not in SENDS_MORE:
+            assert r["bytes_per_step"] < base["bytes_per_step"], (task_name, codec)
+        if (task_name, codec) in KNOWN_GAPS:
+            why = KNOWN_GAPS[task_name, codec]
+            print(f"known gap, {task_name} {codec}: {r['quality']} ({why})")
+            continue
+        if not within(r, base):
+            failures.append(f"{codec}: {r['quality']} against {base['quality']}")
+    assert not failures, f"{task_name}: {failures}"
+
+
+def test_momentum_sgd_cnn_on_digits():
+    digits = load_example("ddp_digits")
+    results = digits.ddp_compare.compare(digits.Digits(), CODECS, world=4)
+    check("digits", results, lambda b: b["quality"]["accuracy"] >= 0.97,
+          lambda r, b: r["quality"]["accuracy"] >= b["quality"]["accuracy"] - 0.015)
+
+
+def test_adamw_transformer_on_text():
+    chars = load_example("ddp_chars")
+    results = chars.ddp_compare.compare(chars.Chars(), CODECS, world=4)
+    loss = "held-out loss"
+    # Uncompressed training must have learned (a uniform guess over ~100 symbols is 4.6).
+    check("chars", results, lambda b: b["quality"][loss] < 2.8,
+          lambda r, b: r["quality"][loss] <= 1.03 * b["quality"][loss])
