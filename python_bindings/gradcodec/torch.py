@@ -15,10 +15,12 @@ DDP communication hook", defines every option; in short:
   keeps the residual bounded, off where it would amplify the codec's error (QSGD with the
   L2 norm, TernGrad, unbiased random-k, unscaled sign). ``error_feedback=True`` on such a
   codec warns once with the reason.
-- **Per-tensor selection** (on by default): each parameter of a bucket is its own frame,
-  with its own k, its own scale buckets and tensor id, so parameters with small gradients
-  are not starved by larger ones. **1-D parameters** (biases, norm scales) and parameters
-  with fewer than ``min_numel`` elements travel dense (float32, averaged exactly).
+- **Per-tensor selection** (by default for every codec but the sparsifiers, which
+  measured better selecting over the bucket): each parameter of a bucket is its own
+  frame, with its own k, its own scale buckets and tensor id, so parameters with small
+  gradients are not starved by larger ones; then **1-D parameters** (biases, norm scales)
+  and parameters with fewer than ``min_numel`` elements travel dense (float32, averaged
+  exactly).
 - **Warm-up**: the first ``warmup_steps`` steps dense (``warmup="dense"``) or, for the
   sparsifiers, with DGC's exponential ramp of the kept fraction (``warmup="ramp"``).
 - **Momentum correction** (``momentum=m``, DGC): the hook keeps the momentum
@@ -393,19 +395,22 @@ class _Step:
         self.new_momentum: Optional[torch.Tensor] = None
         self.segs: List[_plan.Segment] = []  # the strategy's segments of the bucket
 
-    def kw(self, tensor_id: int) -> Dict[str, Any]:
-        return dict(seed=self.state.seed, step=self.step, tensor_id=tensor_id,
-                    backend=self.backend)
+    def buffer(self, name: str, n: int, where: torch.device) -> torch.Tensor:
+        """The bucket's float32 state `name` ("residual", "server", "momentum") of n
+        elements on `where`: zeros when new or of another size."""
+        t = getattr(self.b, name)
+        if t is None or t.numel() != n:
+            t = torch.zeros(n, dtype=torch.float32, device=where)
+        elif t.device != where:  # loaded from a state_dict, or moved
+            t = t.to(where)
+        setattr(self.b, name, t)
+        return t
 
-    def residual(self, n: int, where: torch.device) -> torch.Tensor:
-        b = self.b
-        if b.residual is None or b.residual.numel() != n:
-            b.residual = torch.zeros(n, dtype=torch.float32, device=where)
-        elif b.residual.device != where:  # loaded from a state_dict, or moved
-            b.residual = b.residual.to(where)
-        return b.residual
+    def feedback(self, seg: _plan.Segment, n: int, where: torch.device):
+        """The worker residual's slice of a segment under error feedback, else None."""
+        return seg.of(self.buffer("residual", n, where)) if self.ef else None
 
-    def compress_input(self, x: torch.Tensor, segs) -> torch.Tensor:
+    def compress_input(self, x: torch.Tensor) -> torch.Tensor:
         """What the codec compresses: the gradient, zeros in place of a bad one (the same
         dtype, so every rank's frames have the same header), or with momentum correction
         the local momentum u = m·u + g of the compressed segments (float32)."""
@@ -415,28 +420,20 @@ class _Step:
                                device=x.device)
         if m == 0.0:
             return x
-        v = self.momentum_buffer(x.numel(), x.device).clone()
-        for s in segs:
+        v = self.buffer("momentum", x.numel(), x.device).clone()
+        for s in self.segs:
             if s.compressed:
                 s.of(v).mul_(m).add_(s.of(x))
         self.new_momentum = v
         return v
 
-    def momentum_buffer(self, n: int, where: torch.device) -> torch.Tensor:
-        b = self.b
-        if b.momentum is None or b.momentum.numel() != n:
-            b.momentum = torch.zeros(n, dtype=torch.float32, device=where)
-        elif b.momentum.device != where:
-            b.momentum = b.momentum.to(where)
-        return b.momentum
-
-    def mask_momentum(self, segs) -> None:
+    def mask_momentum(self) -> None:
         """DGC's factor masking: zero the momentum where the sparsifier sent it (there the
         residual is exactly zero after the encode)."""
         u, e = self.new_momentum, self.b.residual
         if u is None or not self.ef or self.codec.name not in _SPARSIFIERS:
             return
-        for s in segs:
+        for s in self.segs:
             if s.compressed:
                 s.of(u).masked_fill_(s.of(e) == 0, 0.0)
 
@@ -449,7 +446,7 @@ class _Step:
             return
         if self.new_momentum is not None:
             self.b.momentum = self.new_momentum
-        u = self.momentum_buffer(result.numel(), result.device)
+        u = self.buffer("momentum", result.numel(), result.device)
         for s in self.segs:
             if not s.compressed:
                 s.of(u).mul_(m).add_(s.of(result))
@@ -457,7 +454,8 @@ class _Step:
 
     def encode(self, codec, x: torch.Tensor, res: Optional[torch.Tensor], out: torch.Tensor,
                tensor_id: int, rows: int = 0) -> torch.Tensor:
-        kw = self.kw(tensor_id)
+        kw = dict(seed=self.state.seed, step=self.step, tensor_id=tensor_id,
+                  backend=self.backend)
         if codec.name == "powersgd" and rows:
             kw["rows"] = rows
         if res is not None:
@@ -518,12 +516,16 @@ def _dense_f32(ctx: _Step, x: torch.Tensor):
 
 
 def _segments(ctx: _Step) -> List[_plan.Segment]:
+    """The bucket's segments under allgather, vote and random-k's dense strategy (cached:
+    the layout and the settings do not change). The vote and random-k's summed values
+    compress every parameter: a vote of some and a mean of others differ, and dense
+    values would need a collective of their own."""
     b, st = ctx.b, ctx.state
     if b.segments is None:
-        vote = st.strategy == "vote"  # a vote of some segments and a mean of others differ
+        everything = st.strategy in ("vote", "dense")
         b.segments = _plan.segments(b.layout[2], ctx.index, per_tensor=st.per_tensor,
-                                    compress_1d=st.compress_1d or vote,
-                                    min_numel=0 if vote else st.min_numel)
+                                    compress_1d=st.compress_1d or everything,
+                                    min_numel=0 if everything else st.min_numel)
     return b.segments
 
 
@@ -534,7 +536,7 @@ def _allgather(ctx: _Step, x: torch.Tensor):
     b, segs = ctx.b, _segments(ctx)
     ctx.segs = segs
     n = x.numel()
-    src = ctx.compress_input(x, segs)
+    src = ctx.compress_input(x)
     dtype = _DTYPES[src.dtype]
     bounds = [_align(codec.encode_bound(s.numel, dtype,
                                         s.rows if codec.name == "powersgd" else 0))
@@ -545,13 +547,12 @@ def _allgather(ctx: _Step, x: torch.Tensor):
     send = b.send
     send[:_PREAMBLE].zero_()
     send[0] = 1 if ctx.bad else 0
-    res = ctx.residual(n, x.device) if ctx.ef else None
     sizes, offset, frames = [], _PREAMBLE, []
     for s, bound in zip(segs, bounds):
         out = send[offset:offset + bound]
         if s.compressed:
-            f = ctx.encode(codec, s.of(src), None if res is None else s.of(res), out,
-                           s.tensor_id, s.rows)
+            f = ctx.encode(codec, s.of(src), ctx.feedback(s, n, x.device), out, s.tensor_id,
+                           s.rows)
             size = int(f.numel())
             frames.append(f)
         else:
@@ -560,7 +561,7 @@ def _allgather(ctx: _Step, x: torch.Tensor):
             frames.append(None)
         sizes.append(size)
         offset += _align(size)
-    ctx.mask_momentum(segs)
+    ctx.mask_momentum()
     pg = ctx.pg
     if codec.name in _VARIABLE_SIZE:
         mine = torch.tensor(sizes, dtype=torch.int64, device=ctx.device)
@@ -634,28 +635,24 @@ def _dense(ctx: _Step, x: torch.Tensor):
     gradient is not finite."""
     codec, world = ctx.codec, ctx.world
     n = x.numel()
-    b = ctx.b
     randomk = codec.name == "randomk"
     if randomk:
-        segs = [s for s in _plan.segments(b.layout[2], ctx.index, per_tensor=ctx.state.per_tensor,
-                                          compress_1d=True, min_numel=0)]
-        src = ctx.compress_input(x, segs)
+        segs = ctx.segs = _segments(ctx)
+        src = ctx.compress_input(x)
         wire_dtype = torch.float32 if src.dtype == torch.float32 else x.dtype
     else:
         # Divide first so the 16-bit sum cannot overflow where the mean fits.
-        segs = [_plan.Segment(0, n, 0, True, ctx.index)]
-        src = ctx.compress_input(x, segs).to(torch.float32) / world
+        segs = ctx.segs = [_plan.Segment(0, n, 0, True, ctx.index)]
+        src = ctx.compress_input(x).to(torch.float32) / world
         wire_dtype = torch.float16 if codec.name == "fp16" else torch.bfloat16
-    ctx.segs = segs
     width = torch.empty((), dtype=wire_dtype).element_size()
-    res = ctx.residual(n, x.device) if ctx.ef else None
     bounds = [codec.encode_bound(s.numel, _DTYPES[src.dtype]) for s in segs]
     frames = []
     for s, bound in zip(segs, bounds):
         out = torch.empty(bound, dtype=torch.uint8, device=x.device)
-        frames.append(ctx.encode(codec, s.of(src), None if res is None else s.of(res), out,
+        frames.append(ctx.encode(codec, s.of(src), ctx.feedback(s, n, x.device), out,
                                  s.tensor_id))
-    ctx.mask_momentum(segs)
+    ctx.mask_momentum()
     start = _gc.header_bytes + (16 if randomk else 0)
     counts = [_gc.peek(f).count if randomk else s.numel for f, s in zip(frames, segs)]
     total = sum(counts)
@@ -693,25 +690,24 @@ def _two_phase(ctx: _Step, x: torch.Tensor):
     """Chunk c of every rank goes to rank c (all-to-all), which decode-accumulates them in
     rank order, re-encodes the mean (with its own residual under error feedback) and
     all-gathers it: the bytes of a ring allreduce of the codec's frames."""
-    codec, world, b = ctx.codec, ctx.world, ctx.b
+    codec, world = ctx.codec, ctx.world
     n = x.numel()
     me = dist.get_rank(ctx.pg)
     lo = [c * n // world for c in range(world + 1)]
     segs = [_plan.Segment(lo[c], lo[c + 1] - lo[c], 0, True, (ctx.index << 16) | c)
             for c in range(world)]
     ctx.segs = segs
-    src = ctx.compress_input(x, segs)
+    src = ctx.compress_input(x)
     dtype = _DTYPES[src.dtype]
-    res = ctx.residual(n, x.device) if ctx.ef else None
     lengths = [_PREAMBLE + _align(codec.encode_bound(s.numel, dtype)) for s in segs]
     send = torch.zeros(sum(lengths), dtype=torch.uint8, device=x.device)
     offset = 0
     for s, length in zip(segs, lengths):
         send[offset] = 1 if ctx.bad else 0
-        f = ctx.encode(codec, s.of(src), None if res is None else s.of(res),
-                       send[offset + _PREAMBLE:offset + length], s.tensor_id)
+        ctx.encode(codec, s.of(src), ctx.feedback(s, n, x.device),
+                   send[offset + _PREAMBLE:offset + length], s.tensor_id)
         offset += length
-    ctx.mask_momentum(segs)
+    ctx.mask_momentum()
     mine = lengths[me]
     recv = torch.empty(mine * world, dtype=torch.uint8, device=x.device)
     ctx.state.bytes_sent += sum(lengths) - mine
@@ -730,11 +726,7 @@ def _two_phase(ctx: _Step, x: torch.Tensor):
     longest = max(lengths)
     out = torch.zeros(longest, dtype=torch.uint8, device=x.device)
     out[0] = min(255, sum(bad_in))
-    server = None
-    if ctx.ef:
-        if b.server is None or b.server.numel() != chunk.numel:
-            b.server = torch.zeros(chunk.numel, dtype=torch.float32, device=x.device)
-        server = b.server
+    server = ctx.buffer("server", chunk.numel, x.device) if ctx.ef else None
     ctx.encode(codec, acc, server, out[_PREAMBLE:], (ctx.index << 16) | 0x8000 | me)
     ctx.state.bytes_sent += _allgather_wire(longest, world)
     recv2 = [torch.empty(longest, dtype=torch.uint8, device=x.device) for _ in range(world)]
@@ -819,7 +811,7 @@ def _powersgd(ctx: _Step, bucket: Any, x: torch.Tensor):
             for mat in b.matrices] + \
         [_plan.Segment(off, numel, 0, False, 0) for off, numel, _ in b.dense]
     ctx.segs = segs
-    src = ctx.compress_input(x, segs)
+    src = ctx.compress_input(x)
     for mat in b.matrices:
         size = mat.rows * mat.cols
         _gc.powersgd_compute_p(codec, src[mat.offset:mat.offset + size],
