@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "gradcodec/bounds.hpp"
 #include "internal.hpp"
 
 namespace gradcodec::comm {
@@ -26,7 +27,7 @@ void configure(run& r, bool average) {
   r.reported_rank = r.me;
   r.mean_over = average ? r.world : 1;
   r.alpha = 1.0f / static_cast<float>(r.mean_over);
-  r.error_feedback = r.cfg.error_feedback;
+  r.error_feedback = resolved_error_feedback(r.cfg);
   const codec_id id = r.cfg.spec.id;
   if (r.how == strategy::dense && (id == codec_id::fp16 || id == codec_id::bf16)) {
     // Casts are pre-divided by W, then summed: the owner adds with weight 1.
@@ -143,7 +144,7 @@ agreement fields_of(const allreduce_config& cfg, strategy how, const context& ct
                              layout,
                              cfg.segment_elements,
                              cfg.average ? 1u : 0u,
-                             cfg.error_feedback ? 1u : 0u,
+                             resolved_error_feedback(cfg) ? 1u : 0u,
                              cfg.pipeline ? 1u : 0u,
                              ctx.seed,
                              ctx.step,
@@ -304,6 +305,10 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
 }
 
 }  // namespace
+
+bool resolved_error_feedback(const allreduce_config& cfg) noexcept {
+  return cfg.error_feedback.value_or(bounds(cfg.spec).feedback_safe);
+}
 
 status allreduce(communicator& comm, const allreduce_config& cfg, const context& ctx,
                  const_tensor_view in, tensor_view out, allreduce_state& state, workspace& ws,

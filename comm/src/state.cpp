@@ -117,7 +117,7 @@ std::uint64_t config_fingerprint(const allreduce_config& cfg, strategy how, std:
   std::uint64_t h = fnv1a(to_string(cfg.spec));
   for (std::uint64_t v :
        {static_cast<std::uint64_t>(how), n, rows, cfg.segment_elements,
-        static_cast<std::uint64_t>(cfg.error_feedback), static_cast<std::uint64_t>(role)})
+        static_cast<std::uint64_t>(resolved_error_feedback(cfg)), static_cast<std::uint64_t>(role)})
     h = splitmix64(h ^ v);
   for (const tensor_slot& s : cfg.tensors)
     h = splitmix64(splitmix64(splitmix64(h ^ s.offset) ^ s.n) ^ s.rows);

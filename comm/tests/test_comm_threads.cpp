@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -227,6 +228,41 @@ TEST(State, SaveLoadRoundTripsAndRejectsCorruption) {
   auto longer = bytes;
   longer.push_back(std::byte{0});
   EXPECT_EQ(gcc::load_state(longer, back).code(), status_code::corrupt_frame);
+}
+
+// Unset, error feedback follows the codec's bounds: residuals for a contraction (top-k,
+// QSGD with the max norm), none where feeding the error back can amplify it (TernGrad,
+// QSGD with the L2 norm); an explicit value wins.
+TEST(Allreduce, ErrorFeedbackByDefaultFollowsTheCodecsBounds) {
+  struct expectation {
+    const char* spec;
+    std::optional<bool> requested;
+    bool keeps_residual;
+  };
+  const expectation cases[] = {{"topk:ratio=0.1", std::nullopt, true},
+                               {"qsgd", std::nullopt, true},
+                               {"terngrad", std::nullopt, false},
+                               {"qsgd:norm=l2", std::nullopt, false},
+                               {"terngrad", true, true},
+                               {"topk:ratio=0.1", false, false}};
+  for (const auto& e : cases) {
+    auto cfg = config(e.spec, gcc::strategy::allgather);
+    cfg.error_feedback = e.requested;
+    EXPECT_EQ(gcc::resolved_error_feedback(cfg), e.keeps_residual) << e.spec;
+    std::vector<std::size_t> residuals(2);
+    auto st = gcc::run_threads(2, [&](gcc::communicator& c) -> status {
+      gcc::allreduce_state state;
+      gcc::workspace ws;
+      auto g = make_grad(512, c.rank(), 0, 1.0f);
+      std::vector<float> o(512);
+      auto r =
+          gcc::allreduce(c, cfg, {1, 0, 0}, gc::view(std::as_const(g)), gc::view(o), state, ws);
+      residuals[static_cast<std::size_t>(c.rank())] = gcc::lengths_of(state).worker;
+      return r;
+    });
+    ASSERT_TRUE(all_ok(st)) << messages(st);
+    for (std::size_t len : residuals) EXPECT_EQ(len, e.keeps_residual ? 512u : 0u) << e.spec;
+  }
 }
 
 // --- the documented arithmetic ---------------------------------------------------------------

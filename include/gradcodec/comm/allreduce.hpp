@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "gradcodec/codec.hpp"
@@ -36,8 +37,11 @@ struct allreduce_config {
   codec_spec spec = make_spec(codec_id::fp16);
   strategy how = strategy::automatic;
   bool average = true;  //!< the mean over ranks (else the sum)
-  bool error_feedback =
-      true;  //!< keep residuals in the state (worker side, and server side for two_phase)
+  //! Keep residuals in the state (worker side, and server side for two_phase). Unset: on
+  //! where the codec's error is a contraction, bounds(spec).feedback_safe, off where feeding
+  //! it back can amplify it (QSGD with the L2 norm, TernGrad, unbiased random-k, unscaled
+  //! sign); see resolved_error_feedback().
+  std::optional<bool> error_feedback{};
   //! Split the flat buffer into segments of this many elements (rounded up to a whole
   //! number of codec buckets); each segment is its own set of frames. 0: one segment.
   std::uint64_t segment_elements = 0;
@@ -55,6 +59,10 @@ struct allreduce_config {
   //! Not owned: it must outlive the call.
   std::span<const tensor_slot> tensors{};
 };
+
+//! Whether a call with this configuration keeps residuals: cfg.error_feedback when set,
+//! else bounds(cfg.spec).feedback_safe.
+[[nodiscard]] bool resolved_error_feedback(const allreduce_config& cfg) noexcept;
 
 //! Where a call spent its time (seconds, wall clock) and what it moved; every field is
 //! added to, so a benchmark can accumulate steps. Bytes count what this rank handed to
