@@ -27,7 +27,7 @@ constexpr field_name names[field_count] = {
     {"error feedback", false},        {"pipelining", false},
     {"the context seed", false},      {"the context step", false},
     {"the context tensor id", false}, {"the state's step count", false},
-    {"the communicator size", false},
+    {"the communicator size", false}, {"uncompressed mode", false},
 };
 
 std::string describe(int f, std::uint64_t v) {

@@ -27,15 +27,16 @@ void configure(run& r, bool average) {
   r.reported_rank = r.me;
   r.mean_over = average ? r.world : 1;
   r.alpha = 1.0f / static_cast<float>(r.mean_over);
-  r.error_feedback = resolved_error_feedback(r.cfg);
+  r.error_feedback = !r.cfg.uncompressed && resolved_error_feedback(r.cfg);
   const codec_id id = r.cfg.spec.id;
-  if (r.how == strategy::dense && (id == codec_id::fp16 || id == codec_id::bf16)) {
+  if (!r.cfg.uncompressed && r.how == strategy::dense &&
+      (id == codec_id::fp16 || id == codec_id::bf16)) {
     // Casts are pre-divided by W, then summed: the owner adds with weight 1.
     r.divisor = static_cast<float>(r.mean_over);
     r.alpha = 1.0f;
   }
   const std::uint64_t n = r.in.n;
-  if (id == codec_id::powersgd) {
+  if (id == codec_id::powersgd && !r.cfg.uncompressed) {
     // One segment per tensor slot, and one per gap between slots (sent as vectors).
     auto& pieces = r.ws.pieces;
     pieces.clear();
@@ -66,8 +67,20 @@ void configure(run& r, bool average) {
   r.segments = (n + r.seg_len - 1) / r.seg_len;
 }
 
+//! cfg.uncompressed: the inputs in f32, reduced densely in rank order, converted to out.
+status run_uncompressed(run& r) {
+  const std::uint64_t n = r.in.n;
+  float* values = r.ws.prescaled.as<float>(n + 1, r.mem);
+  if (!r.failed())
+    if (auto st = r.mem.to_f32(r.in, 1.0f, values); !st.ok()) r.fail(st);
+  if (auto st = dense_reduce(r, values, n, n, r.alpha, r.alpha); !st.ok()) return st;
+  if (r.failed()) return r.outcome();
+  return r.mem.from_f32(values, r.out);
+}
+
 status dispatch(run& r) {
   status st;
+  if (r.cfg.uncompressed) return run_uncompressed(r);
   switch (r.how) {
     case strategy::allgather: st = run_allgather(r); break;
     case strategy::two_phase: st = run_two_phase(r); break;
@@ -150,7 +163,8 @@ agreement fields_of(const allreduce_config& cfg, strategy how, const context& ct
                              ctx.step,
                              ctx.tensor_id,
                              st.initialized() ? st.steps : 0,
-                             static_cast<std::uint64_t>(world)};
+                             static_cast<std::uint64_t>(world),
+                             cfg.uncompressed ? 1u : 0u};
   static_assert(sizeof v == sizeof a.fields);
   std::copy(std::begin(v), std::end(v), std::begin(a.fields));
   return a;

@@ -349,7 +349,7 @@ std::uint64_t powersgd_q_size(const codec_spec& spec, std::span<const tensor_slo
 //! The fingerprint check of docs/comm.md: one allreduce(max) of F fields and their
 //! complements; on disagreement every rank gets the same comm_error.
 struct agreement {
-  std::uint64_t fields[17] = {};
+  std::uint64_t fields[18] = {};
   std::uint64_t local_failure = ~std::uint64_t{0};  // (rank << 16) | reason, or all ones
 };
 //! The allreduce runs through `staging` in the communicator's memory `mem`.

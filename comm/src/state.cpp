@@ -117,7 +117,8 @@ std::uint64_t config_fingerprint(const allreduce_config& cfg, strategy how, std:
   std::uint64_t h = fnv1a(to_string(cfg.spec));
   for (std::uint64_t v :
        {static_cast<std::uint64_t>(how), n, rows, cfg.segment_elements,
-        static_cast<std::uint64_t>(resolved_error_feedback(cfg)), static_cast<std::uint64_t>(role)})
+        static_cast<std::uint64_t>(resolved_error_feedback(cfg) && !cfg.uncompressed),
+        static_cast<std::uint64_t>(role), static_cast<std::uint64_t>(cfg.uncompressed)})
     h = splitmix64(h ^ v);
   for (const tensor_slot& s : cfg.tensors)
     h = splitmix64(splitmix64(splitmix64(h ^ s.offset) ^ s.n) ^ s.rows);
@@ -126,7 +127,7 @@ std::uint64_t config_fingerprint(const allreduce_config& cfg, strategy how, std:
 
 state_sizes expected_sizes(const run& r, state_role role) {
   state_sizes z;
-  if (role == state_role::member) return z;
+  if (role == state_role::member || r.cfg.uncompressed) return z;
   const codec_id id = r.cfg.spec.id;
   const bool powersgd_dense = id == codec_id::powersgd && r.how == strategy::dense;
   if (r.error_feedback || powersgd_dense) z.worker = r.in.n;

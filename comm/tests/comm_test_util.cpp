@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "comm_test_util.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -60,6 +61,16 @@ gc::status corrupting_communicator::ialltoallv(const void* send,
   std::uint64_t total = 0;
   for (auto b : send_bytes) total += b;
   return inner_.ialltoallv(outgoing(send, total), send_bytes, recv, recv_bytes, req);
+}
+
+bool all_ok(const std::vector<gc::status>& v) {
+  return std::all_of(v.begin(), v.end(), [](const gc::status& s) { return s.ok(); });
+}
+
+std::string messages(const std::vector<gc::status>& v) {
+  std::string m;
+  for (const auto& s : v) m.append(s.message()).append(" | ");
+  return m;
 }
 
 gcc::allreduce_config config(const char* spec, gcc::strategy how) {

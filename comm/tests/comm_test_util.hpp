@@ -44,6 +44,10 @@ struct rank_result {
   std::vector<std::byte> state;
 };
 
+//! Whether every rank's status is ok, and all their messages (for failure output).
+bool all_ok(const std::vector<gc::status>& v);
+std::string messages(const std::vector<gc::status>& v);
+
 //! A configuration of `spec` (which must parse) on the reference backend.
 gcc::allreduce_config config(const char* spec, gcc::strategy how = gcc::strategy::automatic);
 

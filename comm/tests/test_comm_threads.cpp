@@ -22,16 +22,6 @@ using namespace comm_test;
 using gc::status;
 using gc::status_code;
 
-bool all_ok(const std::vector<status>& v) {
-  return std::all_of(v.begin(), v.end(), [](const status& s) { return s.ok(); });
-}
-
-std::string messages(const std::vector<status>& v) {
-  std::string m;
-  for (const auto& s : v) m.append(s.message()).append(" | ");
-  return m;
-}
-
 // --- the thread communicator ------------------------------------------------------------
 
 TEST(ThreadCommunicator, AllgathervAlltoallvBroadcastAndReductions) {
@@ -267,14 +257,10 @@ TEST(Allreduce, ErrorFeedbackByDefaultFollowsTheCodecsBounds) {
 
 // --- the documented arithmetic ---------------------------------------------------------------
 
-// One allreduce of make_grad(n, rank, 0, 1) on w threads without error feedback: each
-// rank's output.
-std::vector<std::vector<float>> one_call_without_feedback(int w, std::uint64_t n, const char* spec,
-                                                          gcc::strategy how) {
+// One allreduce of make_grad(n, rank, 0, 1) on w threads: each rank's output.
+std::vector<std::vector<float>> one_call(int w, std::uint64_t n, const gcc::allreduce_config& cfg) {
   std::vector<std::vector<float>> out(static_cast<std::size_t>(w));
   auto st = gcc::run_threads(w, [&](gcc::communicator& c) -> status {
-    auto cfg = config(spec, how);
-    cfg.error_feedback = false;
     gcc::allreduce_state state;
     gcc::workspace ws;
     auto g = make_grad(n, c.rank(), 0, 1.0f);
@@ -284,6 +270,13 @@ std::vector<std::vector<float>> one_call_without_feedback(int w, std::uint64_t n
   });
   EXPECT_TRUE(all_ok(st)) << messages(st);
   return out;
+}
+
+std::vector<std::vector<float>> one_call_without_feedback(int w, std::uint64_t n, const char* spec,
+                                                          gcc::strategy how) {
+  auto cfg = config(spec, how);
+  cfg.error_feedback = false;
+  return one_call(w, n, cfg);
 }
 
 // fp16 dense: every rank gets f16(sum over r in order of f16(x_r / W)), sums in f32.
@@ -301,6 +294,21 @@ TEST(Allreduce, Fp16DenseIsTheRoundedSumOfPreDividedHalves) {
     const float expect = gc::blocks::f16_to_f32(gc::blocks::f32_to_f16(acc));
     for (int r = 0; r < w; ++r)
       ASSERT_EQ(out[static_cast<std::size_t>(r)][i], expect) << "i=" << i << " r=" << r;
+  }
+}
+
+// uncompressed: every rank gets the f32 sum over r in order of fma(1/W, x_r, acc) from +0.
+TEST(Allreduce, UncompressedIsTheRankOrderedMean) {
+  const int w = 3;
+  const std::uint64_t n = 1001;
+  gcc::allreduce_config cfg;
+  cfg.uncompressed = true;
+  const auto out = one_call(w, n, cfg);
+  ASSERT_FALSE(HasFailure());
+  for (std::uint64_t i = 0; i < n; ++i) {
+    float acc = 0.0f;
+    for (int r = 0; r < w; ++r) acc = std::fma(1.0f / 3.0f, make_grad(n, r, 0, 1.0f)[i], acc);
+    for (int r = 0; r < w; ++r) ASSERT_EQ(out[static_cast<std::size_t>(r)][i], acc) << "i=" << i;
   }
 }
 

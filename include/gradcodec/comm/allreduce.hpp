@@ -36,6 +36,11 @@ namespace gradcodec::comm {
 struct allreduce_config {
   codec_spec spec = make_spec(codec_id::fp16);
   strategy how = strategy::automatic;
+  //! No codec: the f32 mean (or sum) of the inputs by the deterministic dense reduction
+  //! (a reduce-scatter whose owners add the sources in rank order, then an allgather: the
+  //! bytes of a ring allreduce, bit-identical on every rank). spec, how and error_feedback
+  //! are then ignored; no residuals are kept.
+  bool uncompressed = false;
   bool average = true;  //!< the mean over ranks (else the sum)
   //! Keep residuals in the state (worker side, and server side for two_phase). Unset: on
   //! where the codec's error is a contraction, bounds(spec).feedback_safe, off where feeding

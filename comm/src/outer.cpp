@@ -1,0 +1,449 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The outer synchronizer (outer.hpp): the schedule, the agreement of a sync, the
+//! pseudo-gradient, participation, the reduction (inline or on the workspace's thread)
+//! and the outer optimizer. docs/outer.md is the written form.
+#include "gradcodec/comm/outer.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "gradcodec/blocks/philox.hpp"
+#include "internal.hpp"
+
+namespace gradcodec::comm {
+
+struct outer_workspace::impl {
+  workspace reduce;                   // the allreduce's scratch
+  std::vector<float> delta;           // Δ of the fragment being sent, then its reduced mean
+  std::vector<tensor_slot> slots;     // the fragment's tensors in `delta`
+  std::vector<tensor_slot> placed;    // the same tensors in the flat buffer
+  std::vector<float> saved_residual;  // a non-participant's residual, set aside
+  std::vector<float> gathered;        // outer_node_mean
+  allreduce_config flight_cfg;        // what the thread runs (the caller's may go away)
+  std::thread flight;
+  status flight_status;
+  phase_times times;
+
+  void join() {
+    if (flight.joinable()) flight.join();
+  }
+  ~impl() { join(); }
+};
+
+outer_workspace::outer_workspace() : impl_(std::make_unique<impl>()) {}
+outer_workspace::~outer_workspace() = default;
+outer_workspace::outer_workspace(outer_workspace&&) noexcept = default;
+outer_workspace& outer_workspace::operator=(outer_workspace&&) noexcept = default;
+const phase_times& outer_workspace::times() const noexcept { return impl_->times; }
+
+namespace {
+
+using detail::fnv1a;
+using detail::splitmix64;
+
+constexpr std::uint64_t outer_protocol = 1;
+// The participation draw's tensor id: no codec context uses it (fragments are 0..P-1).
+constexpr std::uint64_t participation_stream = 0x6F75746572ull;  // "outer"
+
+std::uint64_t bits(float x) noexcept { return std::bit_cast<std::uint32_t>(x); }
+
+std::uint64_t fingerprint_of(const outer_config& cfg, std::uint64_t n, int world) noexcept {
+  const allreduce_config& r = cfg.reduce;
+  std::uint64_t h = fnv1a(to_string(r.spec));
+  for (std::uint64_t v :
+       {outer_protocol, n, static_cast<std::uint64_t>(world), static_cast<std::uint64_t>(r.how),
+        static_cast<std::uint64_t>(r.uncompressed),
+        static_cast<std::uint64_t>(resolved_error_feedback(r)), r.segment_elements,
+        std::uint64_t{cfg.sync_every}, std::uint64_t{cfg.fragments}, std::uint64_t{cfg.delay},
+        bits(cfg.mix), bits(cfg.lr), bits(cfg.momentum), static_cast<std::uint64_t>(cfg.nesterov),
+        std::uint64_t{cfg.participants}, cfg.seed})
+    h = splitmix64(h ^ v);
+  for (const tensor_slot& s : r.tensors)
+    h = splitmix64(splitmix64(splitmix64(h ^ s.offset) ^ s.n) ^ s.rows);
+  return h | 1;  // 0 means "not initialized"
+}
+
+enum class outer_reason : std::uint16_t {
+  bad_view = 1,
+  bad_config = 2,
+  bad_state = 3,
+  participation_in_hierarchy = 4,
+};
+
+const char* reason_text(outer_reason r) noexcept {
+  switch (r) {
+    case outer_reason::bad_view: return "its parameters are not an f32 view of the state's size";
+    case outer_reason::bad_config:
+      return "its configuration is invalid (1 <= fragments <= sync_every, delay <= "
+             "sync_every / fragments, 0 <= mix <= 1, 0 <= momentum < 1, finite lr, "
+             "participants <= ranks, average)";
+    case outer_reason::bad_state:
+      return "its outer state is not initialized or belongs to another configuration";
+    case outer_reason::participation_in_hierarchy:
+      return "partial participation is not defined over a hierarchy";
+  }
+  return "unknown reason";
+}
+
+bool config_valid(const outer_config& c, std::uint64_t n, int world) noexcept {
+  if (c.fragments < 1 || c.sync_every < c.fragments) return false;
+  if (c.delay > c.sync_every / c.fragments) return false;
+  if (!(c.mix >= 0.0f && c.mix <= 1.0f) || !std::isfinite(c.lr)) return false;
+  if (!(c.momentum >= 0.0f && c.momentum < 1.0f)) return false;
+  if (c.participants > static_cast<std::uint32_t>(world) || !c.reduce.average) return false;
+  if (!c.reduce.tensors.empty()) {
+    if (c.reduce.tensors.size() < c.fragments) return false;
+    for (const tensor_slot& s : c.reduce.tensors)
+      if (s.offset > n || s.n > n - s.offset) return false;
+  }
+  return true;
+}
+
+// One allreduce(max) over the fields and their complements: every rank learns the
+// maximum and minimum of each, so all see the same disagreement (as comm's agreement).
+struct outer_fields {
+  static constexpr int count = 16;
+  std::uint64_t v[count] = {};
+  std::uint64_t failure = ~std::uint64_t{0};    // (rank << 16) | reason of the lowest failing rank
+  std::uint64_t nonfinite = ~std::uint64_t{0};  // the lowest rank whose Δ is not finite
+};
+
+constexpr const char* field_names[outer_fields::count] = {"the outer protocol",
+                                                          "sync_every",
+                                                          "fragments",
+                                                          "delay",
+                                                          "mix",
+                                                          "lr",
+                                                          "momentum",
+                                                          "nesterov",
+                                                          "participants",
+                                                          "seed",
+                                                          "the element count",
+                                                          "the inner step",
+                                                          "the round",
+                                                          "the codec configuration",
+                                                          "the communicator size",
+                                                          "hierarchy"};
+
+outer_fields fields_of(const outer_config& c, std::uint64_t n, int world, std::uint64_t step,
+                       std::uint64_t rounds, bool hierarchical) {
+  outer_fields f;
+  const std::uint64_t v[outer_fields::count] = {outer_protocol,
+                                                c.sync_every,
+                                                c.fragments,
+                                                c.delay,
+                                                bits(c.mix),
+                                                bits(c.lr),
+                                                bits(c.momentum),
+                                                c.nesterov ? 1u : 0u,
+                                                c.participants,
+                                                c.seed,
+                                                n,
+                                                step,
+                                                rounds,
+                                                fingerprint_of(c, n, world),
+                                                static_cast<std::uint64_t>(world),
+                                                hierarchical ? 1u : 0u};
+  std::copy(std::begin(v), std::end(v), std::begin(f.v));
+  return f;
+}
+
+status agree(communicator& c, const outer_fields& f, std::uint64_t step, phase_times& times) {
+  constexpr int total = outer_fields::count + 2;
+  std::uint64_t v[2 * total];
+  std::copy(std::begin(f.v), std::end(f.v), v);
+  v[outer_fields::count] = f.failure;
+  v[outer_fields::count + 1] = f.nonfinite;
+  for (int i = 0; i < total; ++i) v[total + i] = ~v[i];
+  times.bytes_sent += sizeof v;
+  times.bytes_received += sizeof v;
+  times.collectives += 1;
+  if (auto st = c.allreduce(v, v, 2 * total, element_type::u64, reduce_op::max); !st.ok())
+    return st;
+  for (int i = 0; i < outer_fields::count; ++i) {
+    const std::uint64_t hi = v[i], lo = ~v[total + i];
+    if (hi == lo) continue;
+    std::string m = std::string("outer: ranks disagree on ").append(field_names[i]);
+    if (i == 13)
+      m.append(" (values differ)");
+    else
+      m.append(" (min ")
+          .append(std::to_string(lo))
+          .append(", max ")
+          .append(std::to_string(hi))
+          .append(")");
+    return {status_code::comm_error, m};
+  }
+  const std::uint64_t failure = ~v[total + outer_fields::count];
+  if (failure != ~std::uint64_t{0})
+    return {status_code::comm_error,
+            std::string("outer: rank ")
+                .append(std::to_string(failure >> 16))
+                .append(" cannot run this sync: ")
+                .append(reason_text(static_cast<outer_reason>(failure & 0xFFFF)))};
+  const std::uint64_t bad = ~v[total + outer_fields::count + 1];
+  if (bad != ~std::uint64_t{0})
+    return {status_code::nonfinite_input, std::string("outer: the pseudo-gradient of rank ")
+                                              .append(std::to_string(bad))
+                                              .append(" is not finite after inner step ")
+                                              .append(std::to_string(step))
+                                              .append("; no rank sent or applied this sync")};
+  return {};
+}
+
+bool view_ok(const tensor_view& v, std::uint64_t n) noexcept {
+  return v.type == dtype::f32 && v.n == n && (n == 0 || v.data != nullptr);
+}
+
+//! θ_global, the momentum and θ_local of fragment `p` after the reduced Δ arrived.
+void apply(const outer_config& cfg, int world, outer_state& s, std::span<const tensor_slot> placed,
+           std::vector<float>& d, float* local, bool late) {
+  if (cfg.participants != 0 && cfg.participants < static_cast<std::uint32_t>(world)) {
+    const float c = static_cast<float>(world) / static_cast<float>(cfg.participants);
+    for (float& x : d) x *= c;
+  }
+  const float mu = cfg.momentum, step = -cfg.lr, alpha = cfg.mix;
+  std::uint64_t k = 0;
+  for (const tensor_slot& t : placed) {
+    for (std::uint64_t j = t.offset; j < t.offset + t.n; ++j, ++k) {
+      float u = d[k];
+      if (mu != 0.0f) {
+        float& m = s.momentum[j];
+        m = std::fma(mu, m, d[k]);
+        u = cfg.nesterov ? std::fma(mu, m, d[k]) : m;
+      }
+      float& g = s.global[j];
+      g = std::fma(step, u, g);
+      local[j] = late ? std::fma(alpha, local[j] - g, g) : g;
+    }
+  }
+}
+
+void place_fragment(const outer_config& cfg, std::uint64_t n, std::uint32_t p,
+                    outer_workspace::impl& w) {
+  w.placed = outer_fragment(cfg, n, p);
+  w.slots.resize(w.placed.size());
+  std::uint64_t at = 0;
+  for (std::size_t i = 0; i < w.placed.size(); ++i) {
+    w.slots[i] = {at, w.placed[i].n, w.placed[i].rows};
+    at += w.placed[i].n;
+  }
+  w.delta.resize(at);
+}
+
+status step_impl(communicator& world, const hierarchy* h, const outer_config& cfg,
+                 tensor_view local, outer_state& s, outer_workspace& ws) {
+  auto& w = ws.get();
+  const std::uint64_t n = s.global.size();
+  const int size = world.size();
+  const std::uint64_t t = s.step + 1;
+  float* params = static_cast<float*>(local.data);
+  const bool local_ok = s.initialized() && view_ok(local, n);
+
+  // 1. The sync sent τ steps ago.
+  if (s.pending_fragment >= 0 && s.pending_step == t) {
+    if (!local_ok) return {status_code::invalid_argument, "outer_step: bad parameters or state"};
+    if (auto st = outer_settle(s, ws); !st.ok()) return st;
+    place_fragment(cfg, n, static_cast<std::uint32_t>(s.pending_fragment), w);
+    apply(cfg, size, s, w.placed, s.pending, params, true);
+    s.pending_fragment = -1;
+    s.pending_ready = false;
+    s.pending.clear();
+  }
+  s.step = t;
+
+  // 2. The fragment due now, by the schedule the state was made with.
+  outer_config schedule = cfg;
+  schedule.sync_every = s.sync_every;
+  schedule.fragments = s.fragments;
+  const std::int64_t due = s.initialized() ? outer_fragment_due(schedule, t) : -1;
+  if (due < 0)
+    return local_ok ? status{}
+                    : status{status_code::invalid_argument,
+                             "outer_step: the state is not initialized "
+                             "(outer_init) or the parameters do not match it"};
+
+  outer_fields f = fields_of(cfg, n, size, t, s.rounds, h != nullptr);
+  std::optional<outer_reason> bad;
+  if (!view_ok(local, n))
+    bad = outer_reason::bad_view;
+  else if (!config_valid(cfg, n, size))
+    bad = outer_reason::bad_config;
+  else if (s.fingerprint != fingerprint_of(cfg, n, size) || s.reduce.size() != cfg.fragments)
+    bad = outer_reason::bad_state;
+  else if (h != nullptr && cfg.participants != 0)
+    bad = outer_reason::participation_in_hierarchy;
+  const auto p = static_cast<std::uint32_t>(due);
+  if (!bad) {
+    // 3. Δ = θ_global − θ_local over the fragment's tensors, packed.
+    place_fragment(cfg, n, p, w);
+    bool finite = true;
+    std::uint64_t k = 0;
+    for (const tensor_slot& ts : w.placed)
+      for (std::uint64_t j = ts.offset; j < ts.offset + ts.n; ++j, ++k) {
+        w.delta[k] = s.global[j] - params[j];
+        finite = finite && std::isfinite(w.delta[k]);
+      }
+    if (!finite) f.nonfinite = static_cast<std::uint64_t>(world.rank());
+  } else {
+    f.failure = (static_cast<std::uint64_t>(world.rank()) << 16) | static_cast<std::uint64_t>(*bad);
+  }
+  if (auto st = agree(world, f, t, w.times); !st.ok()) return st;
+
+  // 4. Participation: a rank left out sends zeros, and its residual waits for its next turn.
+  const bool in = outer_participates(cfg, size, world.rank(), s.rounds);
+  allreduce_state& rs = s.reduce[p];
+  const bool set_aside = !in && !rs.worker_residual.empty();
+  if (!in) std::fill(w.delta.begin(), w.delta.end(), 0.0f);
+  if (set_aside) {
+    w.saved_residual.swap(rs.worker_residual);
+    rs.worker_residual.assign(w.saved_residual.size(), 0.0f);
+  }
+  w.flight_cfg = cfg.reduce;
+  w.flight_cfg.tensors = w.slots;
+  const context ctx{cfg.seed, s.rounds, p};
+  ++s.rounds;
+  auto reduce = [&world, h, ctx, &rs, &w, set_aside]() -> status {
+    const tensor_view d = view(std::span<float>(w.delta));
+    status st = h != nullptr ? allreduce(*h, w.flight_cfg, ctx, d, d, rs, w.reduce, &w.times)
+                             : allreduce(world, w.flight_cfg, ctx, d, d, rs, w.reduce, &w.times);
+    if (set_aside) rs.worker_residual.swap(w.saved_residual);
+    return st;
+  };
+
+  // 5. Blocking: applied now. Delayed: the reduction runs while the next τ inner steps do.
+  if (cfg.delay == 0) {
+    if (auto st = reduce(); !st.ok()) return st;
+    apply(cfg, size, s, w.placed, w.delta, params, false);
+    return {};
+  }
+  s.pending_fragment = due;
+  s.pending_step = t + cfg.delay;
+  s.pending_ready = false;
+  w.flight = std::thread([&w, reduce] { w.flight_status = reduce(); });
+  return {};
+}
+
+}  // namespace
+
+std::vector<tensor_slot> outer_fragment(const outer_config& cfg, std::uint64_t n, std::uint32_t p) {
+  std::vector<tensor_slot> out;
+  const std::uint64_t parts = std::max<std::uint32_t>(cfg.fragments, 1);
+  if (cfg.reduce.tensors.empty()) {
+    const std::uint64_t lo = n * p / parts, hi = n * (p + 1) / parts;
+    out.push_back({lo, hi - lo, 0});
+    return out;
+  }
+  for (std::size_t i = p; i < cfg.reduce.tensors.size(); i += parts)
+    out.push_back(cfg.reduce.tensors[i]);
+  return out;
+}
+
+std::int64_t outer_fragment_due(const outer_config& cfg, std::uint64_t t) noexcept {
+  const std::uint64_t hsteps = cfg.sync_every, parts = cfg.fragments;
+  if (t == 0 || hsteps == 0 || parts == 0 || parts > hsteps) return -1;
+  const std::uint64_t phase = t % hsteps;
+  for (std::uint64_t p = 0; p < parts; ++p)
+    if ((p + 1) * hsteps / parts % hsteps == phase) return static_cast<std::int64_t>(p);
+  return -1;
+}
+
+bool outer_participates(const outer_config& cfg, int world, int rank,
+                        std::uint64_t round) noexcept {
+  const auto w = static_cast<std::uint64_t>(world);
+  if (cfg.participants == 0 || cfg.participants >= w) return true;
+  // A partial Fisher–Yates shuffle of 0..W-1: the first K places are the participants.
+  std::vector<int> order(w);
+  for (std::uint64_t i = 0; i < w; ++i) order[i] = static_cast<int>(i);
+  const auto rng = blocks::counter_rng::make(cfg.seed, round, participation_stream);
+  for (std::uint64_t i = 0; i < cfg.participants; ++i) {
+    const std::uint64_t j = i + blocks::scale_u32(rng.at(blocks::rng_stream::selection, i), w - i);
+    std::swap(order[i], order[j]);
+    if (order[i] == rank) return true;
+  }
+  return false;
+}
+
+status outer_init(communicator& comm, const outer_config& cfg, tensor_view local,
+                  outer_state& state) {
+  const std::uint64_t n = local.n;
+  outer_fields f = fields_of(cfg, n, comm.size(), 0, 0, false);
+  if (!view_ok(local, n))
+    f.failure = (static_cast<std::uint64_t>(comm.rank()) << 16) |
+                static_cast<std::uint64_t>(outer_reason::bad_view);
+  else if (!config_valid(cfg, n, comm.size()))
+    f.failure = (static_cast<std::uint64_t>(comm.rank()) << 16) |
+                static_cast<std::uint64_t>(outer_reason::bad_config);
+  phase_times times;
+  if (auto st = agree(comm, f, 0, times); !st.ok()) return st;
+  if (n > 0)
+    if (auto st = comm.broadcast(local.data, n * 4, 0); !st.ok()) return st;
+  outer_state s;
+  s.fingerprint = fingerprint_of(cfg, n, comm.size());
+  s.sync_every = cfg.sync_every;
+  s.fragments = cfg.fragments;
+  s.delay = cfg.delay;
+  const auto* p = static_cast<const float*>(local.data);
+  s.global.assign(p, p + n);
+  if (cfg.momentum != 0.0f) s.momentum.assign(n, 0.0f);
+  s.reduce.resize(cfg.fragments);
+  state = std::move(s);
+  return {};
+}
+
+status outer_step(communicator& comm, const outer_config& cfg, tensor_view local,
+                  outer_state& state, outer_workspace& ws) {
+  return step_impl(comm, nullptr, cfg, local, state, ws);
+}
+
+status outer_step(const hierarchy& h, const outer_config& cfg, tensor_view local,
+                  outer_state& state, outer_workspace& ws) {
+  if (h.world == nullptr)
+    return {status_code::invalid_argument, "outer_step: hierarchy without a world communicator"};
+  return step_impl(*h.world, &h, cfg, local, state, ws);
+}
+
+status outer_node_mean(const hierarchy& h, tensor_view values, outer_workspace& ws) {
+  if (h.intra == nullptr)
+    return {status_code::invalid_argument, "outer_node_mean: hierarchy without a node"};
+  if (values.type != dtype::f32 || (values.n > 0 && values.data == nullptr))
+    return {status_code::invalid_argument, "outer_node_mean: values must be an f32 view"};
+  auto& w = ws.get();
+  communicator& node = *h.intra;
+  const std::uint64_t n = values.n;
+  const auto size = static_cast<std::uint64_t>(node.size());
+  w.gathered.resize(n * size);
+  if (auto st = node.allgather(values.data, n * 4, w.gathered.data()); !st.ok()) return st;
+  w.times.bytes_sent += n * 4;
+  w.times.bytes_received += n * 4 * size;
+  w.times.collectives += 1;
+  const float alpha = 1.0f / static_cast<float>(size);
+  auto* out = static_cast<float*>(values.data);
+  for (std::uint64_t j = 0; j < n; ++j) {
+    float acc = 0.0f;
+    for (std::uint64_t r = 0; r < size; ++r) acc = std::fma(alpha, w.gathered[r * n + j], acc);
+    out[j] = acc;
+  }
+  return {};
+}
+
+status outer_settle(outer_state& state, outer_workspace& ws) {
+  auto& w = ws.get();
+  if (state.pending_fragment < 0 || state.pending_ready) return {};
+  if (!w.flight.joinable())
+    return {status_code::invalid_argument,
+            "outer_settle: the state's sync is in flight in another workspace"};
+  w.flight.join();
+  if (!w.flight_status.ok()) return w.flight_status;
+  state.pending = w.delta;
+  state.pending_ready = true;
+  return {};
+}
+
+}  // namespace gradcodec::comm

@@ -1,0 +1,456 @@
+// SPDX-License-Identifier: Apache-2.0
+// The outer synchronizer (comm/outer.hpp) on thread communicators: the equivalence with
+// synchronous SGD, bit-identical θ_global for every variant and codec, checkpoint and
+// resume, disagreement and non-finite decisions, participation, the schedule.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm_test_util.hpp"
+#include "gradcodec/comm/outer.hpp"
+#include "gradcodec/comm/thread_communicator.hpp"
+
+namespace {
+
+using namespace comm_test;
+using gc::status;
+using gc::status_code;
+
+constexpr float inner_lr = 0.1f;
+
+// Rank r's inner loss is ½‖θ − c_r‖² with targets that differ by rank: the inner
+// gradient is θ − c_r, and the model the ranks agree on tends to the mean of the c_r.
+float target(int rank, std::uint64_t j) {
+  return std::sin(0.37f * static_cast<float>(j) + static_cast<float>(rank));
+}
+
+void inner_step(std::vector<float>& theta, int rank, std::uint64_t step) {
+  for (std::uint64_t j = 0; j < theta.size(); ++j) {
+    const float noise = 0.05f * std::cos(0.11f * static_cast<float>(j * (step + 3)));
+    theta[j] = std::fma(-inner_lr, theta[j] - target(rank, j) + noise, theta[j]);
+  }
+}
+
+std::vector<float> initial(std::uint64_t n, int rank) {
+  std::vector<float> v(n);
+  for (std::uint64_t j = 0; j < n; ++j) v[j] = 0.5f * std::cos(static_cast<float>(j) + 7.0f * rank);
+  return v;
+}
+
+struct rank_run {
+  status st;
+  std::vector<float> global, local;
+  std::vector<std::byte> saved;
+  gcc::phase_times times;
+};
+
+// `steps` inner steps of the toy model on w threads, each followed by outer_step.
+std::vector<rank_run> train(int w, const gcc::outer_config& cfg, std::uint64_t n, int steps) {
+  std::vector<rank_run> out(static_cast<std::size_t>(w));
+  auto st = gcc::run_threads(w, [&](gcc::communicator& c) -> status {
+    auto& me = out[static_cast<std::size_t>(c.rank())];
+    auto theta = initial(n, c.rank());
+    gcc::outer_state state;
+    gcc::outer_workspace ws;
+    if (auto s = gcc::outer_init(c, cfg, gc::view(theta), state); !s.ok()) return s;
+    for (int t = 0; t < steps; ++t) {
+      inner_step(theta, c.rank(), state.step);
+      if (auto s = gcc::outer_step(c, cfg, gc::view(theta), state, ws); !s.ok()) return s;
+    }
+    if (auto s = gcc::outer_settle(state, ws); !s.ok()) return s;
+    me.saved.resize(gcc::outer_state_bytes(state));
+    if (auto r = gcc::save_outer_state(state, me.saved); !r) return r.error();
+    me.global = state.global;
+    me.local = theta;
+    me.times = ws.times();
+    return {};
+  });
+  for (int r = 0; r < w; ++r) out[static_cast<std::size_t>(r)].st = st[static_cast<std::size_t>(r)];
+  return out;
+}
+
+gcc::outer_config outer(const char* spec, std::uint32_t h) {
+  gcc::outer_config cfg;
+  if (spec == nullptr)
+    cfg.reduce.uncompressed = true;
+  else
+    cfg.reduce = config(spec);
+  cfg.sync_every = h;
+  return cfg;
+}
+
+void expect_identical_globals(const std::vector<rank_run>& runs, const std::string& what) {
+  for (const auto& r : runs) ASSERT_TRUE(r.st.ok()) << what << ": " << r.st.message();
+  for (const auto& r : runs) {
+    ASSERT_EQ(r.global.size(), runs[0].global.size()) << what;
+    EXPECT_EQ(std::memcmp(r.global.data(), runs[0].global.data(), r.global.size() * 4), 0)
+        << what << ": θ_global differs between ranks";
+  }
+}
+
+// H = 1, uncompressed Δ, outer SGD with lr 1 and no momentum is synchronous data-parallel
+// SGD: θ' = θ − mean_r(θ − (θ − η g_r)). Against θ − η·mean_r(g_r) the only difference
+// is the rounding of θ − η g_r (|error| ≤ ulp(θ)/2 per rank, the subtraction back from θ
+// is exact), so each step agrees within 2 ulps of the largest θ_local, not bit for bit.
+TEST(Outer, OneInnerStepDenseLocalSgdIsSynchronousSgd) {
+  const int w = 4;
+  const std::uint64_t n = 257;
+  auto cfg = outer(nullptr, 1);
+  std::vector<std::vector<float>> before(w), after(w);
+  std::vector<std::vector<float>> grads(w);
+  auto st = gcc::run_threads(w, [&](gcc::communicator& c) -> status {
+    const auto r = static_cast<std::size_t>(c.rank());
+    auto theta = initial(n, 0);
+    gcc::outer_state state;
+    gcc::outer_workspace ws;
+    if (auto s = gcc::outer_init(c, cfg, gc::view(theta), state); !s.ok()) return s;
+    for (int t = 0; t < 12; ++t) {
+      if (t == 11) before[r] = state.global;
+      std::vector<float> g(n);
+      for (std::uint64_t j = 0; j < n; ++j) g[j] = theta[j] - target(c.rank(), j);
+      if (t == 11) grads[r] = g;
+      for (std::uint64_t j = 0; j < n; ++j) theta[j] = std::fma(-inner_lr, g[j], theta[j]);
+      if (auto s = gcc::outer_step(c, cfg, gc::view(theta), state, ws); !s.ok()) return s;
+      if (theta != state.global) return {status_code::internal_error, "θ_local != θ_global"};
+    }
+    after[r] = state.global;
+    return {};
+  });
+  ASSERT_TRUE(all_ok(st)) << messages(st);
+  for (std::uint64_t j = 0; j < n; ++j) {
+    float mean = 0.0f;
+    for (int r = 0; r < w; ++r) mean = std::fma(0.25f, grads[r][j], mean);
+    const float sync = std::fma(-inner_lr, mean, before[0][j]);
+    float m = std::fabs(before[0][j]);
+    for (int r = 0; r < w; ++r) m = std::max(m, std::fabs(before[0][j] - inner_lr * grads[r][j]));
+    const float ulp = std::nextafter(m, INFINITY) - m;
+    EXPECT_LE(std::fabs(after[0][j] - sync), 2 * ulp) << "j=" << j;
+    for (int r = 1; r < w; ++r) EXPECT_EQ(after[r][j], after[0][j]);
+  }
+}
+
+TEST(Outer, EveryVariantAndCodecGivesTheSameGlobalOnEveryRank) {
+  const std::uint64_t n = 600;
+  struct variant {
+    const char* name;
+    gcc::outer_config cfg;
+  };
+  std::vector<variant> variants;
+  auto add = [&](const char* name, gcc::outer_config c) { variants.push_back({name, c}); };
+  add("local SGD, dense", outer(nullptr, 5));
+  {
+    auto c = outer(nullptr, 10);
+    c.lr = 0.7f, c.momentum = 0.9f, c.nesterov = true;
+    add("DiLoCo, dense, Nesterov", c);
+  }
+  for (const char* spec :
+       {"minmax:bits=4", "minmax:bits=8", "topk:ratio=0.02", "dgc:ratio=0.05", "randomk:ratio=0.1",
+        "threshold:tau=0.05", "qsgd", "terngrad", "onebit", "sign", "bf16", "fp16"}) {
+    auto c = outer(spec, 4);
+    c.momentum = 0.5f;
+    add(spec, c);
+  }
+  const std::vector<gcc::tensor_slot> tensors = {
+      {0, 100, 10}, {100, 200, 20}, {300, 50, 0}, {350, 250, 25}};
+  {
+    auto c = outer("powersgd:rank=2", 4);
+    c.reduce.tensors = tensors;
+    add("powersgd per tensor", c);
+  }
+  {
+    auto c = outer("topk:ratio=0.05", 8);
+    c.reduce.tensors = tensors;
+    c.fragments = 4;
+    add("streaming P=4, blocking", c);
+    c.delay = 2;
+    add("streaming P=4, τ=2", c);
+  }
+  {
+    auto c = outer("minmax:bits=4", 6);
+    c.fragments = 3;
+    c.delay = 2;
+    c.mix = 0.25f;
+    add("streaming P=3 ranges, τ=2", c);
+  }
+  {
+    auto c = outer("topk:ratio=0.05", 3);
+    c.participants = 2;
+    c.seed = 11;
+    add("participation 2 of 4", c);
+  }
+  for (const auto& v : variants) {
+    const auto runs = train(4, v.cfg, n, 25);
+    expect_identical_globals(runs, v.name);
+    // The ranks trained toward different targets: a sync must have moved θ_global.
+    const auto init = initial(n, 0);
+    EXPECT_NE(runs[0].global, init) << v.name;
+    EXPECT_GT(runs[0].times.bytes_sent, 0u) << v.name;
+  }
+}
+
+// Streaming: P fragments of about n/P elements, so every sync moves about 1/P of the
+// bytes of a whole-model sync.
+TEST(Outer, FragmentsCutTheBytesOfEachSync) {
+  // Each sync also moves a constant ~1.5 KB (the two agreements, frame and block headers):
+  // at 2^16 elements that keeps the ratio a little under 4.
+  const std::uint64_t n = 1 << 16;
+  auto whole = outer("minmax:bits=8", 8);
+  auto streamed = whole;
+  streamed.fragments = 4;
+  const auto a = train(4, whole, n, 16);     // 2 syncs of the whole model
+  const auto b = train(4, streamed, n, 16);  // 8 syncs of a quarter each
+  ASSERT_TRUE(a[0].st.ok() && b[0].st.ok()) << a[0].st.message() << b[0].st.message();
+  const double per_sync_whole = static_cast<double>(a[0].times.bytes_sent) / 2;
+  const double per_sync_part = static_cast<double>(b[0].times.bytes_sent) / 8;
+  EXPECT_GT(per_sync_whole / per_sync_part, 3.8);
+  EXPECT_LE(per_sync_whole / per_sync_part, 4.0);
+}
+
+TEST(Outer, TheScheduleStaggersFragmentsAndStridesTensors) {
+  gcc::outer_config c;
+  c.sync_every = 8;
+  c.fragments = 4;
+  std::vector<std::int64_t> due;
+  for (std::uint64_t t = 0; t <= 16; ++t) due.push_back(gcc::outer_fragment_due(c, t));
+  const std::vector<std::int64_t> expect = {-1, -1, 0,  -1, 1,  -1, 2,  -1, 3,
+                                            -1, 0,  -1, 1,  -1, 2,  -1, 3};
+  EXPECT_EQ(due, expect);
+  c.reduce.tensors = std::vector<gcc::tensor_slot>{};
+  std::vector<gcc::tensor_slot> t(10);
+  for (std::uint64_t i = 0; i < 10; ++i) t[i] = {i * 3, 3, 0};
+  c.reduce.tensors = t;
+  const auto f1 = gcc::outer_fragment(c, 30, 1);
+  ASSERT_EQ(f1.size(), 3u);
+  EXPECT_EQ(f1[0].offset, 3u);
+  EXPECT_EQ(f1[1].offset, 15u);
+  EXPECT_EQ(f1[2].offset, 27u);
+}
+
+// A checkpoint taken with a sync in flight (settled, saved, loaded into a new state and
+// workspace) continues to the same bytes as the run that never stopped.
+TEST(Outer, ResumingFromACheckpointGivesTheSameBytes) {
+  const std::uint64_t n = 500;
+  auto cfg = outer("topk:ratio=0.05", 6);
+  cfg.fragments = 2;
+  cfg.delay = 2;
+  cfg.momentum = 0.9f;
+  cfg.nesterov = true;
+  const auto whole = train(4, cfg, n, 30);
+  ASSERT_TRUE(whole[0].st.ok()) << whole[0].st.message();
+  std::vector<rank_run> resumed(4);
+  auto st = gcc::run_threads(4, [&](gcc::communicator& c) -> status {
+    auto theta = initial(n, c.rank());
+    std::vector<std::byte> ckpt;
+    std::vector<float> theta_ckpt;
+    {
+      gcc::outer_state state;
+      gcc::outer_workspace ws;
+      if (auto s = gcc::outer_init(c, cfg, gc::view(theta), state); !s.ok()) return s;
+      for (int t = 0; t < 13; ++t) {  // sync sent after step 12, applied after 14
+        inner_step(theta, c.rank(), state.step);
+        if (auto s = gcc::outer_step(c, cfg, gc::view(theta), state, ws); !s.ok()) return s;
+      }
+      if (state.pending_fragment < 0) return {status_code::internal_error, "nothing in flight"};
+      if (auto s = gcc::outer_settle(state, ws); !s.ok()) return s;
+      ckpt.resize(gcc::outer_state_bytes(state));
+      if (auto r = gcc::save_outer_state(state, ckpt); !r) return r.error();
+      theta_ckpt = theta;
+    }
+    gcc::outer_state state;
+    gcc::outer_workspace ws;
+    if (auto s = gcc::load_outer_state(ckpt, state); !s.ok()) return s;
+    theta = theta_ckpt;
+    for (int t = 13; t < 30; ++t) {
+      inner_step(theta, c.rank(), state.step);
+      if (auto s = gcc::outer_step(c, cfg, gc::view(theta), state, ws); !s.ok()) return s;
+    }
+    if (auto s = gcc::outer_settle(state, ws); !s.ok()) return s;
+    auto& me = resumed[static_cast<std::size_t>(c.rank())];
+    me.saved.resize(gcc::outer_state_bytes(state));
+    if (auto r = gcc::save_outer_state(state, me.saved); !r) return r.error();
+    me.local = theta;
+    return {};
+  });
+  ASSERT_TRUE(all_ok(st)) << messages(st);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(resumed[r].saved, whole[r].saved) << "rank " << r;
+    EXPECT_EQ(resumed[r].local, whole[r].local) << "rank " << r;
+  }
+}
+
+TEST(Outer, StateFormRejectsCorruptionAndInFlightSaves) {
+  auto cfg = outer("qsgd", 4);
+  cfg.delay = 1;
+  const auto runs = train(2, cfg, 100, 9);
+  ASSERT_TRUE(runs[0].st.ok()) << runs[0].st.message();
+  gcc::outer_state back;
+  ASSERT_TRUE(gcc::load_outer_state(runs[0].saved, back).ok());
+  auto bytes = runs[0].saved;
+  bytes[70] ^= std::byte{1};
+  EXPECT_EQ(gcc::load_outer_state(bytes, back).code(), status_code::corrupt_frame);
+  bytes = runs[0].saved;
+  bytes.pop_back();
+  EXPECT_EQ(gcc::load_outer_state(bytes, back).code(), status_code::corrupt_frame);
+  gcc::outer_state flying;
+  flying.fingerprint = 1;
+  flying.pending_fragment = 0;
+  std::vector<std::byte> out(gcc::outer_state_bytes(flying));
+  EXPECT_EQ(gcc::save_outer_state(flying, out).error().code(), status_code::invalid_argument);
+}
+
+std::vector<status> run_with(int w, const std::function<gcc::outer_config(int)>& cfg_of, int steps,
+                             int nan_rank = -1, int nan_step = -1,
+                             std::vector<std::vector<float>>* globals = nullptr) {
+  return gcc::run_threads(w, [&](gcc::communicator& c) -> status {
+    auto theta = initial(64, c.rank());
+    gcc::outer_state state;
+    gcc::outer_workspace ws;
+    if (auto s = gcc::outer_init(c, cfg_of(0), gc::view(theta), state); !s.ok()) return s;
+    for (int t = 0; t < steps; ++t) {
+      inner_step(theta, c.rank(), state.step);
+      if (c.rank() == nan_rank && t == nan_step) theta[5] = NAN;
+      const auto before = state.global;
+      const auto rounds = state.rounds;
+      auto s = gcc::outer_step(c, cfg_of(c.rank()), gc::view(theta), state, ws);
+      if (globals != nullptr && !s.ok()) {
+        static std::mutex m;
+        std::lock_guard lock(m);
+        // The failed sync changed nothing the ranks share.
+        if (state.global != before || state.rounds != rounds)
+          return {status_code::internal_error, "a failed sync changed the state"};
+        globals->push_back(state.global);
+      }
+      if (!s.ok()) return s;
+    }
+    return {};
+  });
+}
+
+TEST(Outer, ARankWithAnotherConfigurationFailsEveryRankAlike) {
+  // At init: every rank gets the same error naming the field.
+  auto at_init = gcc::run_threads(4, [](gcc::communicator& c) -> status {
+    auto cfg = outer("minmax:bits=4", 4);
+    if (c.rank() == 2) cfg.sync_every = 5;
+    auto theta = initial(64, c.rank());
+    gcc::outer_state state;
+    return gcc::outer_init(c, cfg, gc::view(theta), state);
+  });
+  for (const auto& s : at_init) {
+    EXPECT_EQ(s.code(), status_code::comm_error);
+    EXPECT_EQ(std::string(s.message()), at_init[0].message());
+  }
+  EXPECT_NE(std::string(at_init[0].message()).find("sync_every"), std::string::npos)
+      << at_init[0].message();
+  // Later: rank 1 changes its momentum; the next sync fails on every rank alike.
+  auto later = run_with(
+      4,
+      [](int r) {
+        auto c = outer("minmax:bits=4", 4);
+        if (r == 1) c.momentum = 0.5f;
+        return c;
+      },
+      8);
+  for (const auto& s : later) {
+    EXPECT_EQ(s.code(), status_code::comm_error) << s.message();
+    EXPECT_EQ(std::string(s.message()), later[0].message());
+  }
+  EXPECT_NE(std::string(later[0].message()).find("momentum"), std::string::npos)
+      << later[0].message();
+}
+
+TEST(Outer, ANonFiniteDeltaIsTheSameErrorOnEveryRankAndChangesNothing) {
+  std::vector<std::vector<float>> globals;
+  auto st = run_with(
+      4, [](int) { return outer("topk:ratio=0.1", 3); }, 9, 3, 5, &globals);
+  for (const auto& s : st) {
+    EXPECT_EQ(s.code(), status_code::nonfinite_input) << s.message();
+    EXPECT_EQ(std::string(s.message()), st[0].message());
+  }
+  EXPECT_NE(std::string(st[0].message()).find("rank 3"), std::string::npos) << st[0].message();
+  ASSERT_EQ(globals.size(), 4u);
+  for (const auto& g : globals) EXPECT_EQ(g, globals[0]);
+}
+
+// Each rank is drawn with probability K/W, and the rescaled mean of the participants is
+// on average the mean of every rank: over 400 rounds the average update is within 4
+// standard errors of the full mean.
+TEST(Outer, PartialParticipationIsUnbiased) {
+  gcc::outer_config c = outer(nullptr, 1);
+  c.participants = 2;
+  const int w = 5, rounds = 4000;
+  std::vector<int> drawn(w, 0);
+  for (int k = 0; k < rounds; ++k) {
+    int count = 0;
+    for (int r = 0; r < w; ++r) {
+      const bool in = gcc::outer_participates(c, w, r, static_cast<std::uint64_t>(k));
+      drawn[r] += in;
+      count += in;
+    }
+    ASSERT_EQ(count, 2);
+  }
+  const double p = 0.4, sd = std::sqrt(p * (1 - p) / rounds);
+  for (int r = 0; r < w; ++r) EXPECT_NEAR(drawn[r] / double(rounds), p, 4 * sd) << "rank " << r;
+
+  // The engine: Δ_r = r + 1 everywhere (θ_local = θ_global − Δ_r), lr 1, one sync per
+  // seed: the update is (W/K)·(1/W)·Σ_{r∈S} Δ_r, on average mean(Δ) = 3.
+  const int seeds = 300;
+  std::vector<double> updates;
+  for (int s = 0; s < seeds; ++s) {
+    c.seed = static_cast<std::uint64_t>(s);
+    std::vector<float> moved(w);
+    auto st = gcc::run_threads(w, [&](gcc::communicator& comm) -> status {
+      std::vector<float> theta(4, 0.0f);
+      gcc::outer_state state;
+      gcc::outer_workspace ws;
+      if (auto e = gcc::outer_init(comm, c, gc::view(theta), state); !e.ok()) return e;
+      for (float& x : theta) x = -static_cast<float>(comm.rank() + 1);
+      if (auto e = gcc::outer_step(comm, c, gc::view(theta), state, ws); !e.ok()) return e;
+      moved[static_cast<std::size_t>(comm.rank())] = -state.global[0];
+      return {};
+    });
+    ASSERT_TRUE(all_ok(st)) << messages(st);
+    for (int r = 1; r < w; ++r) ASSERT_EQ(moved[r], moved[0]);
+    updates.push_back(moved[0]);
+  }
+  double mean = 0, var = 0;
+  for (double u : updates) mean += u / seeds;
+  for (double u : updates) var += (u - mean) * (u - mean) / (seeds - 1);
+  EXPECT_NEAR(mean, 3.0, 4 * std::sqrt(var / seeds));
+  EXPECT_GT(var, 0.1);  // the subsets did differ
+}
+
+// Two nodes of two ranks: the ranks of a node average their gradients every step
+// (outer_node_mean), the leaders reduce Δ compressed; every rank ends with the same θ.
+TEST(Outer, HierarchicalRunsDenseInsideANodeAndCompressedBetweenNodes) {
+  const std::uint64_t n = 300;
+  auto cfg = outer("minmax:bits=4", 4);
+  std::vector<std::vector<float>> globals(4);
+  auto st = gcc::run_threads(4, [&](gcc::communicator& c) -> status {
+    gcc::hierarchy h;
+    if (auto s = gcc::make_hierarchy(c, c.rank() / 2, h); !s.ok()) return s;
+    auto theta = initial(n, 0);
+    gcc::outer_state state;
+    gcc::outer_workspace ws;
+    if (auto s = gcc::outer_init(c, cfg, gc::view(theta), state); !s.ok()) return s;
+    for (int t = 0; t < 12; ++t) {
+      std::vector<float> g(n);
+      for (std::uint64_t j = 0; j < n; ++j) g[j] = theta[j] - target(c.rank(), j);
+      if (auto s = gcc::outer_node_mean(h, gc::view(g), ws); !s.ok()) return s;
+      for (std::uint64_t j = 0; j < n; ++j) theta[j] = std::fma(-inner_lr, g[j], theta[j]);
+      if (auto s = gcc::outer_step(h, cfg, gc::view(theta), state, ws); !s.ok()) return s;
+    }
+    globals[static_cast<std::size_t>(c.rank())] = state.global;
+    return {};
+  });
+  ASSERT_TRUE(all_ok(st)) << messages(st);
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(globals[r], globals[0]) << "rank " << r;
+  EXPECT_NE(globals[0], initial(n, 0));
+}
+
+}  // namespace
