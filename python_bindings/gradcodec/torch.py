@@ -55,8 +55,9 @@ import torch.distributed as dist
 from . import _gradcodec as _gc
 from . import _hook_plan as _plan
 from ._errors import Error
+from ._outer import OuterSync
 
-__all__ = ["HookState", "hook", "NonFiniteGradient", "STRATEGIES", "default_strategy"]
+__all__ = ["HookState", "hook", "NonFiniteGradient", "OuterSync", "STRATEGIES", "default_strategy"]
 
 STRATEGIES = ("allgather", "dense", "two_phase", "powersgd", "vote")
 NONFINITE = ("raise", "skip", "propagate")

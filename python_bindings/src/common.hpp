@@ -134,5 +134,6 @@ const char* dtype_full_name(dtype t);
 void register_codec(nb::module_& m);
 void register_powersgd(nb::module_& m);
 void register_expected(nb::module_& m);
+void register_outer(nb::module_& m);
 
 }  // namespace gradcodec::python

@@ -9,4 +9,5 @@ NB_MODULE(_gradcodec, m) {
   gradcodec::python::register_codec(m);
   gradcodec::python::register_powersgd(m);
   gradcodec::python::register_expected(m);
+  gradcodec::python::register_outer(m);
 }

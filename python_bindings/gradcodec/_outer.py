@@ -1,0 +1,143 @@
+# SPDX-License-Identifier: Apache-2.0
+"""Local SGD, DiLoCo and Streaming DiLoCo for a torch model (``gradcodec.torch.OuterSync``):
+the library's outer synchronizer (docs/outer.md) over a torch.distributed process group,
+used instead of DDP's per-step allreduce. Every rank trains its own copy with its own
+inner optimizer and calls ``step()`` after each inner step::
+
+    outer = gct.OuterSync(model, spec="minmax:bits=4", sync_every=50,
+                          lr=0.7, momentum=0.9, nesterov=True)
+    for batch in data:
+        loss(model, batch).backward(); inner.step(); inner.zero_grad()
+        outer.step()
+
+The engine is the C++ one (``gradcodec/comm/outer.hpp``) running over the process group
+through :class:`gradcodec._torch_transport.TorchTransport`, so a torch job moves and
+computes exactly the bytes a C++ job does, and θ_global is bit-identical on every rank."""
+
+from typing import Any, Dict, Iterable, List, Optional, Union
+
+import numpy as np
+import torch
+
+from . import _gradcodec as _gc
+from ._torch_transport import TorchTransport, global_rank
+
+_STATE_VERSION = 1
+
+
+class OuterSync:
+    """The outer loop of ``params`` (a module or its parameters, float32, CPU).
+
+    spec: the codec of the pseudo-gradient Δ = θ_global − θ_local (None: uncompressed,
+    the exact rank-ordered f32 mean); sync_every (H), fragments (P, strided over the
+    parameters, staggered), delay (τ: a sync overlaps the next τ inner steps and is
+    applied late with ``mix``; its collectives run on a process group the constructor
+    makes for them), lr, momentum, nesterov (the outer SGD), participants (K
+    ranks drawn per sync, 0 = all), seed, strategy and error_feedback (the allreduce's;
+    error feedback None follows the codec's bounds), process_group, threads (the
+    library's CPU threads; default torch.get_num_threads()).
+
+    Construction is collective: every rank starts from rank 0's parameters."""
+
+    def __init__(self, params: Union[torch.nn.Module, Iterable[torch.Tensor]], *,
+                 spec: Optional[str] = None, sync_every: int = 1, fragments: int = 1,
+                 delay: int = 0, mix: float = 0.5, lr: float = 1.0, momentum: float = 0.0,
+                 nesterov: bool = False, participants: int = 0, seed: int = 0,
+                 strategy: Optional[str] = None, error_feedback: Optional[bool] = None,
+                 process_group: Optional[Any] = None, threads: Optional[int] = None):
+        if isinstance(params, torch.nn.Module):
+            params = params.parameters()
+        self.params: List[torch.Tensor] = [p for p in params]
+        if not self.params:
+            raise ValueError("OuterSync: no parameters")
+        for p in self.params:
+            if p.dtype != torch.float32 or p.device.type != "cpu":
+                raise ValueError("OuterSync: parameters must be float32 tensors on the CPU "
+                                 f"(got {p.dtype} on {p.device})")
+        tensors, at = [], 0
+        for p in self.params:
+            tensors.append((at, p.numel(), p.shape[0] if p.dim() >= 2 else 0))
+            at += p.numel()
+        self._flat = np.empty(at, dtype=np.float32)
+        self._flat_t = torch.from_numpy(self._flat)
+        if delay > 0:
+            # The reduction of a delayed sync runs on the engine's thread while the caller
+            # goes on: a group of its own keeps its collectives from interleaving with the
+            # caller's (a loss all-reduce, another OuterSync, DDP) on the same group.
+            import torch.distributed as dist
+
+            ranks = None
+            if process_group is not None:
+                ranks = [global_rank(process_group, r)
+                         for r in range(dist.get_world_size(process_group))]
+            process_group = dist.new_group(ranks=ranks)
+        self.transport = TorchTransport(process_group)
+        self._comm = _gc.Communicator.from_transport(self.transport)
+        self._engine = _gc.OuterSync(
+            self._comm, spec=spec, strategy=strategy, error_feedback=error_feedback,
+            sync_every=sync_every, fragments=fragments, delay=delay, mix=mix, lr=lr,
+            momentum=momentum, nesterov=nesterov, participants=participants, seed=seed,
+            tensors=tensors, threads=torch.get_num_threads() if threads is None else threads)
+        self._tensors = tensors
+        self._gather()
+        self._engine.init(self._flat)
+        self._scatter()
+
+    def _gather(self) -> None:
+        with torch.no_grad():
+            for p, (o, n, _) in zip(self.params, self._tensors):
+                self._flat_t[o: o + n].copy_(p.reshape(-1))
+
+    def _scatter(self) -> None:
+        with torch.no_grad():
+            for p, (o, n, _) in zip(self.params, self._tensors):
+                p.copy_(self._flat_t[o: o + n].view_as(p))
+
+    def step(self) -> bool:
+        """After every inner step (collective). True when a sync changed the parameters.
+        A non-finite Δ on any rank raises gradcodec.Error (nonfinite_input) on every rank
+        at the same step, with nothing applied."""
+        due = self._engine.due
+        if due:
+            self._gather()
+        changed = self._engine.step(self._flat)
+        if changed:
+            self._scatter()
+        return changed
+
+    def settle(self) -> None:
+        """Waits for a sync in flight (delay > 0)."""
+        self._engine.settle()
+
+    def global_params(self) -> np.ndarray:
+        """A copy of θ_global (flat, float32)."""
+        return self._engine.global_params
+
+    @property
+    def steps(self) -> int:
+        return self._engine.steps
+
+    @property
+    def rounds(self) -> int:
+        return self._engine.rounds
+
+    @property
+    def bytes_sent(self) -> int:
+        """Bytes this rank handed to the transport so far (agreements included)."""
+        return self._engine.bytes_sent
+
+    @property
+    def bytes_received(self) -> int:
+        return self._engine.bytes_received
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The engine's state (θ_global, outer momentum, residuals, counters, a settled
+        sync in flight) as the library's checksummed bytes. The inner optimizer's and the
+        model's own state are the caller's to save."""
+        return {"version": _STATE_VERSION, "engine": self._engine.save()}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"OuterSync: state version {state.get('version')}, "
+                             f"expected {_STATE_VERSION}")
+        self._engine.load(np.frombuffer(state["engine"], dtype=np.uint8))
