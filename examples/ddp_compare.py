@@ -10,6 +10,11 @@ A run is named by a string:
   ``fp16_compress_hook``, ``bf16_compress_hook`` and ``powerSGD_hook`` (rank R, its
   defaults otherwise), each in a process group of its own so that one that fails (gloo
   cannot sum bfloat16 in PyTorch 1.13) is reported and does not stop the others;
+- ``outer/KEY=VALUE/.../SPEC``: no DDP; each rank trains its own copy and
+  ``gradcodec.torch.OuterSync`` synchronises it (docs/outer.md) with Δ encoded by SPEC
+  (``dense``: uncompressed). Keys: ``H`` (sync_every), ``P`` (fragments), ``tau``
+  (delay), ``lr``, ``momentum``, ``nesterov``, ``mix``, ``K`` (participants); the
+  defaults: outer Nesterov SGD with lr 1 and momentum 0.5 (``outer/H=50/minmax:bits=4``);
 - anything else: a gradcodec spec through ``gradcodec.torch.hook`` with the hook's
   defaults; ``SPEC@key=value,...`` sets ``HookState`` options (``qsgd@error_feedback=1``).
 
@@ -34,6 +39,12 @@ BASELINE = "fp32"
 
 
 COMPUTE = "compute"  # no communication at all: each rank trains its own copy
+_OUTER_KEYS = {"H": "sync_every", "P": "fragments", "tau": "delay", "lr": "lr",
+               "momentum": "momentum", "nesterov": "nesterov", "mix": "mix",
+               "K": "participants"}
+# Outer Nesterov SGD; lr 1 and momentum 0.5 trained best on examples/outer_chars.py at H=50
+# (DiLoCo's 0.7 and 0.9: +6.4 % against +2.7 %, docs/outer.md).
+_OUTER_DEFAULTS = {"lr": 1.0, "momentum": 0.5, "nesterov": True}
 
 
 def parse_run(name: str):
@@ -43,6 +54,13 @@ def parse_run(name: str):
         return name, None, {}
     if name.startswith("torch:"):
         return "torch", name[len("torch:"):], {}
+    if name.startswith("outer/"):
+        *keys, spec = name.split("/")[1:]
+        options = dict(_OUTER_DEFAULTS)
+        for item in keys:
+            key, _, value = item.partition("=")
+            options[_OUTER_KEYS[key]] = _literal(value)
+        return "outer", None if spec == "dense" else spec, options
     spec, _, opts = name.partition("@")
     options: Dict[str, Any] = {}
     for item in filter(None, opts.split(",")):
@@ -121,13 +139,16 @@ def train_one(task, name: str, rank: int, world: int, data) -> Dict[str, Any]:
 
     kind, spec, options = parse_run(name)
     model = task.model()
-    ddp = model if kind == COMPUTE else nn.parallel.DistributedDataParallel(model)
+    ddp = model if kind in (COMPUTE, "outer") else nn.parallel.DistributedDataParallel(model)
     n_params = sum(p.numel() for p in model.parameters())
     dense_step = _ring_allreduce_bytes(4 * n_params, world)
     state = None
     # What a torch hook (or DDP's own) allreduces per step.
     torch_elements = 0.0 if kind == COMPUTE else float(n_params)
-    if kind == "gradcodec":
+    outer = None
+    if kind == "outer":
+        outer = gct.OuterSync(model, spec=spec, seed=task.seed, threads=1, **options)
+    elif kind == "gradcodec":
         state = gct.HookState(spec=spec, seed=task.seed, **options)
         ddp.register_comm_hook(state, gct.hook)
     elif kind == "torch":
@@ -153,11 +174,14 @@ def train_one(task, name: str, rank: int, world: int, data) -> Dict[str, Any]:
             loss = task.loss(ddp, task.batch(data, step, rank, world))
             loss.backward()
             opt.step()
+            if outer is not None:
+                outer.step()
             done += 1
             step_seconds.append(time.perf_counter() - began)
-            if state is not None:
-                step_bytes = state.bytes_sent - last_bytes
-                last_bytes = state.bytes_sent
+            counter = state if state is not None else outer
+            if counter is not None:
+                step_bytes = counter.bytes_sent - last_bytes
+                last_bytes = counter.bytes_sent
             if not math.isfinite(float(loss)):
                 failure = f"loss not finite at step {step}"
                 break
@@ -167,9 +191,17 @@ def train_one(task, name: str, rank: int, world: int, data) -> Dict[str, Any]:
         if kind != "torch" and "NonFiniteGradient" not in str(e):
             raise
         failure = f"step {done}: {str(e).splitlines()[0][:200]}"
+    if outer is not None:
+        outer.settle()
+        # A run ends where it would stop: on θ_global (the last inner steps not synced
+        # yet are a rank's own).
+        outer.load_global()
     seconds = time.perf_counter() - start
     quality = task.evaluate(model, data) if failure is None else {}
-    if state is not None:
+    if outer is not None:
+        sent = float(outer.bytes_sent)
+        steady = sent / max(done, 1)  # syncs every H steps: the mean is the steady rate
+    elif state is not None:
         sent = float(state.bytes_sent)
         steady = step_bytes
     else:
@@ -188,6 +220,7 @@ def train_one(task, name: str, rank: int, world: int, data) -> Dict[str, Any]:
         "step_seconds": statistics.median(step_seconds[3:] or step_seconds or [0.0]),
         "params": n_params,
         "error_feedback": None if state is None else state.error_feedback,
+        "peak_sync_bytes": outer.peak_sync_bytes if outer is not None else None,
     }
 
 
@@ -331,6 +364,8 @@ def print_table(task, results: Dict[str, Dict[str, Any]], world: int) -> None:
         per_step = r["bytes_per_step"]
         ratio = r["dense_bytes_per_step"] / per_step if per_step and per_step == per_step \
             else float("nan")
+        peak = r.get("peak_sync_bytes")
         print(f"{label:<40} {shown} {delta:>8} {ef:>3} {per_step:11.0f} {ratio:7.1f}x "
-              f"{r['seconds']:6.1f}s {r['step_seconds']:7.3f}")
+              f"{r['seconds']:6.1f}s {r['step_seconds']:7.3f}"
+              + (f"  peak sync {peak} B" if peak else ""))
     sys.stdout.flush()

@@ -29,6 +29,8 @@ struct outer_workspace::impl {
   std::thread flight;
   status flight_status;
   phase_times times;
+  std::uint64_t sync_start = 0;  // times.bytes_sent before the sync's agreement
+  std::uint64_t last_sync_bytes = 0;
 
   void join() {
     if (flight.joinable()) flight.join();
@@ -41,6 +43,7 @@ outer_workspace::~outer_workspace() = default;
 outer_workspace::outer_workspace(outer_workspace&&) noexcept = default;
 outer_workspace& outer_workspace::operator=(outer_workspace&&) noexcept = default;
 const phase_times& outer_workspace::times() const noexcept { return impl_->times; }
+std::uint64_t outer_workspace::last_sync_bytes() const noexcept { return impl_->last_sync_bytes; }
 
 namespace {
 
@@ -294,6 +297,7 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
   } else {
     f.failure = (static_cast<std::uint64_t>(world.rank()) << 16) | static_cast<std::uint64_t>(*bad);
   }
+  w.sync_start = w.times.bytes_sent;
   if (auto st = agree(world, f, t, w.times); !st.ok()) return st;
 
   // 4. Participation: a rank left out sends zeros, and its residual waits for its next turn.
@@ -314,6 +318,7 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
     status st = h != nullptr ? allreduce(*h, w.flight_cfg, ctx, d, d, rs, w.reduce, &w.times)
                              : allreduce(world, w.flight_cfg, ctx, d, d, rs, w.reduce, &w.times);
     if (set_aside) rs.worker_residual.swap(w.saved_residual);
+    w.last_sync_bytes = w.times.bytes_sent - w.sync_start;
     return st;
   };
 
@@ -340,8 +345,15 @@ std::vector<tensor_slot> outer_fragment(const outer_config& cfg, std::uint64_t n
     out.push_back({lo, hi - lo, 0});
     return out;
   }
-  for (std::size_t i = p; i < cfg.reduce.tensors.size(); i += parts)
-    out.push_back(cfg.reduce.tensors[i]);
+  // Tensor i joins the fragment with the fewest elements so far (the lowest on ties):
+  // round robin for tensors of equal size, balanced bytes per sync for unequal ones.
+  std::vector<std::uint64_t> load(parts, 0);
+  for (const tensor_slot& s : cfg.reduce.tensors) {
+    const auto to =
+        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    load[to] += s.n;
+    if (to == p) out.push_back(s);
+  }
   return out;
 }
 

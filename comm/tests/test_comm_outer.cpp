@@ -48,6 +48,7 @@ struct rank_run {
   std::vector<float> global, local;
   std::vector<std::byte> saved;
   gcc::phase_times times;
+  std::uint64_t last_sync_bytes = 0;
 };
 
 // `steps` inner steps of the toy model on w threads, each followed by outer_step.
@@ -69,6 +70,7 @@ std::vector<rank_run> train(int w, const gcc::outer_config& cfg, std::uint64_t n
     me.global = state.global;
     me.local = theta;
     me.times = ws.times();
+    me.last_sync_bytes = ws.last_sync_bytes();
     return {};
   });
   for (int r = 0; r < w; ++r) out[static_cast<std::size_t>(r)].st = st[static_cast<std::size_t>(r)];
@@ -210,6 +212,10 @@ TEST(Outer, FragmentsCutTheBytesOfEachSync) {
   const double per_sync_part = static_cast<double>(b[0].times.bytes_sent) / 8;
   EXPECT_GT(per_sync_whole / per_sync_part, 3.8);
   EXPECT_LE(per_sync_whole / per_sync_part, 4.0);
+  // The workspace's count of one sync says the same.
+  EXPECT_EQ(static_cast<double>(a[0].last_sync_bytes), per_sync_whole);
+  EXPECT_GT(static_cast<double>(a[0].last_sync_bytes) / static_cast<double>(b[0].last_sync_bytes),
+            3.8);
 }
 
 TEST(Outer, TheScheduleStaggersFragmentsAndStridesTensors) {
@@ -230,6 +236,16 @@ TEST(Outer, TheScheduleStaggersFragmentsAndStridesTensors) {
   EXPECT_EQ(f1[0].offset, 3u);
   EXPECT_EQ(f1[1].offset, 15u);
   EXPECT_EQ(f1[2].offset, 27u);
+  // Unequal sizes: a large tensor does not share its fragment until the others caught up.
+  std::vector<gcc::tensor_slot> u = {{0, 100, 0}};
+  for (std::uint64_t i = 0; i < 12; ++i) u.push_back({100 + 10 * i, 10, 0});
+  c.reduce.tensors = u;
+  c.fragments = 2;
+  std::uint64_t sizes[2] = {};
+  for (std::uint32_t p = 0; p < 2; ++p)
+    for (const auto& slot : gcc::outer_fragment(c, 220, p)) sizes[p] += slot.n;
+  EXPECT_EQ(sizes[0], 110u);
+  EXPECT_EQ(sizes[1], 110u);
 }
 
 // A checkpoint taken with a sync in flight (settled, saved, loaded into a new state and

@@ -213,5 +213,6 @@ class OuterSync:
     bytes_sent: int
     bytes_received: int
     collectives: int
+    last_sync_bytes: int
 
 def outer_fragment_due(sync_every: int, fragments: int, step: int) -> int: ...

@@ -79,6 +79,8 @@ class OuterSync:
             momentum=momentum, nesterov=nesterov, participants=participants, seed=seed,
             tensors=tensors, threads=torch.get_num_threads() if threads is None else threads)
         self._tensors = tensors
+        # The most bytes one sync handed to the transport (library_bytes_sent's measure).
+        self.peak_sync_bytes = 0
         self._gather()
         self._engine.init(self._flat)
         self._scatter()
@@ -101,6 +103,7 @@ class OuterSync:
         if due:
             self._gather()
         changed = self._engine.step(self._flat)
+        self.peak_sync_bytes = max(self.peak_sync_bytes, self._engine.last_sync_bytes)
         if changed:
             self._scatter()
         return changed
@@ -108,6 +111,11 @@ class OuterSync:
     def settle(self) -> None:
         """Waits for a sync in flight (delay > 0)."""
         self._engine.settle()
+
+    def load_global(self) -> None:
+        """Copies θ_global into the parameters (to evaluate or save the shared model)."""
+        self._flat[...] = self._engine.global_params
+        self._scatter()
 
     def global_params(self) -> np.ndarray:
         """A copy of θ_global (flat, float32)."""
@@ -123,7 +131,13 @@ class OuterSync:
 
     @property
     def bytes_sent(self) -> int:
-        """Bytes this rank handed to the transport so far (agreements included)."""
+        """Bytes this rank put on the network so far (TorchTransport.wire_bytes)."""
+        return self.transport.wire_bytes
+
+    @property
+    def library_bytes_sent(self) -> int:
+        """Bytes the library handed to the transport (the C++ engine's count, the same in
+        a C++ job; agreements included)."""
         return self._engine.bytes_sent
 
     @property

@@ -27,7 +27,12 @@ def global_rank(group: Optional[Any], rank: int) -> int:
 
 
 class TorchTransport:
-    """rank, size and the collectives over ``group`` (None: the default group)."""
+    """rank, size and the collectives over ``group`` (None: the default group).
+
+    ``wire_bytes`` counts what this rank puts on the network as the collectives' usual
+    algorithms do: an all-gather (W-1) times the block (padded to the longest), an
+    all-to-all the blocks for other ranks, a ring allreduce 2(W-1)/W of the buffer, a
+    broadcast the buffer on the root."""
 
     def __init__(self, group: Optional[Any] = None):
         self.group = group
@@ -36,6 +41,7 @@ class TorchTransport:
         backend = dist.get_backend(group)
         self.device = (torch.device("cuda", torch.cuda.current_device())
                        if backend == "nccl" else torch.device("cpu"))
+        self.wire_bytes = 0
 
     def _tensor(self, a: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(a)
@@ -55,6 +61,7 @@ class TorchTransport:
         blocks = [torch.empty(longest, dtype=torch.uint8, device=self.device)
                   for _ in range(self.size)]
         dist.all_gather(blocks, block, group=self.group)
+        self.wire_bytes += (self.size - 1) * longest
         at = 0
         for b, s in zip(blocks, sizes):
             recv[at: at + s] = b[:s].cpu().numpy()
@@ -65,11 +72,13 @@ class TorchTransport:
         out = torch.empty(int(recv.size), dtype=torch.uint8, device=self.device)
         dist.all_to_all_single(out, self._tensor(send), output_split_sizes=list(recv_sizes),
                                input_split_sizes=list(send_sizes), group=self.group)
+        self.wire_bytes += sum(send_sizes) - send_sizes[self.rank]
         recv[...] = out.cpu().numpy()
 
     def allreduce(self, buf: np.ndarray, op: str) -> None:
         t = self._tensor(buf)
         dist.all_reduce(t, op=_OPS[op], group=self.group)
+        self.wire_bytes += 2 * (self.size - 1) * buf.nbytes // self.size
         self._back(t, buf)
 
     def broadcast(self, buf: np.ndarray, root: int) -> None:
@@ -77,6 +86,8 @@ class TorchTransport:
             return
         t = self._tensor(buf)
         dist.broadcast(t, src=global_rank(self.group, root), group=self.group)
+        if self.rank == root:
+            self.wire_bytes += buf.nbytes
         self._back(t, buf)
 
     def barrier(self) -> None:

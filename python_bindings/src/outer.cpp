@@ -245,6 +245,7 @@ class outer_sync {
   }
   const gcc::outer_state& state() const { return state_; }
   const gcc::phase_times& times() const { return ws_.times(); }
+  [[nodiscard]] std::uint64_t last_sync_bytes() const { return ws_.last_sync_bytes(); }
 
  private:
   tensor_view host_params(const out_array& params) const {
@@ -353,7 +354,9 @@ void register_outer(nb::module_& m) {
       .def_prop_ro("pending", [](const outer_sync& o) { return o.state().pending_fragment; })
       .def_prop_ro("bytes_sent", [](outer_sync& o) { return o.times().bytes_sent; })
       .def_prop_ro("bytes_received", [](outer_sync& o) { return o.times().bytes_received; })
-      .def_prop_ro("collectives", [](outer_sync& o) { return o.times().collectives; });
+      .def_prop_ro("collectives", [](outer_sync& o) { return o.times().collectives; })
+      .def_prop_ro("last_sync_bytes", &outer_sync::last_sync_bytes,
+                   "Bytes sent for the last completed sync (its agreement included).");
 
   m.def(
       "outer_fragment_due",

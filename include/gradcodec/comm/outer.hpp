@@ -41,9 +41,11 @@ struct outer_config {
   //! flat buffer: fragments are made of them. `average` must stay true.
   allreduce_config reduce{};
   std::uint32_t sync_every = 1;  //!< H: inner steps between two syncs of a fragment
-  //! P: fragment p holds the tensors i with i mod P = p (strided over the layers), or the
-  //! p-th of P equal ranges when `reduce.tensors` is empty. Fragment p is sent at the
-  //! steps t with t mod H = ((p + 1)·H / P) mod H. 1 ≤ P ≤ H.
+  //! P: the tensors in order each join the fragment with the fewest elements so far (the
+  //! lowest on ties): i mod P for tensors of equal size, strided over the layers, and
+  //! balanced for unequal ones; the p-th of P equal ranges when `reduce.tensors` is
+  //! empty. Fragment p is sent at the steps t with t mod H = ((p + 1)·H / P) mod H.
+  //! 1 ≤ P ≤ H.
   std::uint32_t fragments = 1;
   //! τ: a sync sent after step t is applied after step t + τ, the reduction overlapping the
   //! τ inner steps between (it runs on a thread of the workspace). 0 ≤ τ ≤ H / P.
@@ -96,6 +98,8 @@ class outer_workspace {
 
   //! Traffic and times of every reduction so far (the outer agreement included).
   [[nodiscard]] const phase_times& times() const noexcept;
+  //! Bytes this rank sent for the last completed sync (its agreement included).
+  [[nodiscard]] std::uint64_t last_sync_bytes() const noexcept;
 
   struct impl;
   impl& get() noexcept { return *impl_; }
