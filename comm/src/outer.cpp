@@ -31,6 +31,22 @@ struct outer_workspace::impl {
   phase_times times;
   std::uint64_t sync_start = 0;  // times.bytes_sent before the sync's agreement
   std::uint64_t last_sync_bytes = 0;
+  // The reduction counts into flight_times, merged into `times` once it is done, so that
+  // times() read while a sync is in flight never races with the engine's thread.
+  phase_times flight_times;
+
+  void merge_flight() {
+    last_sync_bytes = times.bytes_sent - sync_start + flight_times.bytes_sent;
+    times.agree_s += flight_times.agree_s;
+    times.encode_s += flight_times.encode_s;
+    times.reduce_s += flight_times.reduce_s;
+    times.decode_s += flight_times.decode_s;
+    times.comm_s += flight_times.comm_s;
+    times.bytes_sent += flight_times.bytes_sent;
+    times.bytes_received += flight_times.bytes_received;
+    times.collectives += flight_times.collectives;
+    flight_times = {};
+  }
 
   void join() {
     if (flight.joinable()) flight.join();
@@ -315,16 +331,18 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
   ++s.rounds;
   auto reduce = [&world, h, ctx, &rs, &w, set_aside]() -> status {
     const tensor_view d = view(std::span<float>(w.delta));
-    status st = h != nullptr ? allreduce(*h, w.flight_cfg, ctx, d, d, rs, w.reduce, &w.times)
-                             : allreduce(world, w.flight_cfg, ctx, d, d, rs, w.reduce, &w.times);
+    phase_times* tp = &w.flight_times;
+    status st = h != nullptr ? allreduce(*h, w.flight_cfg, ctx, d, d, rs, w.reduce, tp)
+                             : allreduce(world, w.flight_cfg, ctx, d, d, rs, w.reduce, tp);
     if (set_aside) rs.worker_residual.swap(w.saved_residual);
-    w.last_sync_bytes = w.times.bytes_sent - w.sync_start;
     return st;
   };
 
   // 5. Blocking: applied now. Delayed: the reduction runs while the next τ inner steps do.
   if (cfg.delay == 0) {
-    if (auto st = reduce(); !st.ok()) return st;
+    const status st = reduce();
+    w.merge_flight();
+    if (!st.ok()) return st;
     apply(cfg, size, s, w.placed, w.delta, params, false);
     return {};
   }
@@ -452,6 +470,7 @@ status outer_settle(outer_state& state, outer_workspace& ws) {
     return {status_code::invalid_argument,
             "outer_settle: the state's sync is in flight in another workspace"};
   w.flight.join();
+  w.merge_flight();
   if (!w.flight_status.ok()) return w.flight_status;
   state.pending = w.delta;
   state.pending_ready = true;

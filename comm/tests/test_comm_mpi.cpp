@@ -18,6 +18,7 @@
 
 #include "comm_test_util.hpp"
 #include "gradcodec/comm/mpi.hpp"
+#include "gradcodec/comm/outer.hpp"
 
 namespace {
 
@@ -286,10 +287,56 @@ class failure_printer : public testing::EmptyTestEventListener {
   int rank_;
 };
 
+// The outer synchronizer over MPI, its delayed syncs reduced on the engine's thread
+// (MPI_THREAD_SERIALIZED), gives the bytes of the same run on the thread simulation.
+TEST(MpiOuter, DelayedFragmentedSyncsEqualTheThreadSimulation) {
+  const int w = world->size();
+  const std::uint64_t n = 300;
+  gcc::outer_config cfg;
+  cfg.reduce = config("minmax:bits=4");
+  cfg.sync_every = 6;
+  cfg.fragments = 2;
+  cfg.delay = 2;
+  cfg.momentum = 0.5f;
+  cfg.nesterov = true;
+  auto train = [&](gcc::communicator& c, std::vector<std::byte>& saved) -> status {
+    std::vector<float> theta(n);
+    for (std::uint64_t j = 0; j < n; ++j) theta[j] = std::cos(static_cast<float>(j));
+    gcc::outer_state state;
+    gcc::outer_workspace ws;
+    if (auto st = gcc::outer_init(c, cfg, gc::view(theta), state); !st.ok()) return st;
+    for (int t = 0; t < 20; ++t) {
+      for (std::uint64_t j = 0; j < n; ++j)
+        theta[j] = std::fma(-0.1f, theta[j] - std::sin(0.37f * static_cast<float>(j) + c.rank()),
+                            theta[j]);
+      if (auto st = gcc::outer_step(c, cfg, gc::view(theta), state, ws); !st.ok()) return st;
+    }
+    if (auto st = gcc::outer_settle(state, ws); !st.ok()) return st;
+    saved.resize(gcc::outer_state_bytes(state));
+    auto r = gcc::save_outer_state(state, saved);
+    return r ? status{} : r.error();
+  };
+  std::vector<std::vector<std::byte>> simulated(static_cast<std::size_t>(w));
+  const auto sim = gcc::run_threads(w, [&](gcc::communicator& c) {
+    return train(c, simulated[static_cast<std::size_t>(c.rank())]);
+  });
+  std::vector<std::byte> mine;
+  const status st = train(*world, mine);
+  EXPECT_TRUE(st.ok()) << st.message();
+  EXPECT_TRUE(sim[static_cast<std::size_t>(world->rank())].ok());
+  EXPECT_EQ(mine, simulated[static_cast<std::size_t>(world->rank())]);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // The outer synchronizer's delayed syncs call MPI from the engine's thread.
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  if (provided < MPI_THREAD_SERIALIZED) {
+    std::fprintf(stderr, "MPI gives thread level %d, below MPI_THREAD_SERIALIZED\n", provided);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
   testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
