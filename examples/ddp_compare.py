@@ -13,7 +13,8 @@ A run is named by a string:
 - ``outer/KEY=VALUE/.../SPEC``: no DDP; each rank trains its own copy and
   ``gradcodec.torch.OuterSync`` synchronises it (docs/outer.md) with Δ encoded by SPEC
   (``dense``: uncompressed). Keys: ``H`` (sync_every), ``P`` (fragments), ``tau``
-  (delay), ``lr``, ``momentum``, ``nesterov``, ``mix``, ``K`` (participants); the
+  (delay), ``lr``, ``momentum``, ``nesterov``, ``mix``, ``K`` (participants), ``steps``
+  (this run's budget and learning-rate schedule instead of the task's); the
   defaults: outer Nesterov SGD with lr 1 and momentum 0.5 (``outer/H=50/minmax:bits=4``);
 - anything else: a gradcodec spec through ``gradcodec.torch.hook`` with the hook's
   defaults; ``SPEC@key=value,...`` sets ``HookState`` options (``qsgd@error_feedback=1``).
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 BASELINE = "fp32"
 
@@ -41,7 +42,7 @@ BASELINE = "fp32"
 COMPUTE = "compute"  # no communication at all: each rank trains its own copy
 _OUTER_KEYS = {"H": "sync_every", "P": "fragments", "tau": "delay", "lr": "lr",
                "momentum": "momentum", "nesterov": "nesterov", "mix": "mix",
-               "K": "participants"}
+               "K": "participants", "steps": "steps"}
 # Outer Nesterov SGD; lr 1 and momentum 0.5 trained best on examples/outer_chars.py at H=50
 # (DiLoCo's 0.7 and 0.9: +6.4 % against +2.7 %, docs/outer.md).
 _OUTER_DEFAULTS = {"lr": 1.0, "momentum": 0.5, "nesterov": True}
@@ -130,14 +131,26 @@ def _torch_hook(ddp, model, what: str):
     raise ValueError(f"unknown torch hook {what!r}")
 
 
-def train_one(task, name: str, rank: int, world: int, data) -> Dict[str, Any]:
-    """One run on an initialised process group; rank 0's results."""
+def train_one(task, name: str, rank: int, world: int, data, target: Optional[float] = None,
+              eval_every: int = 0) -> Dict[str, Any]:
+    """One run on an initialised process group; rank 0's results. With eval_every, the
+    model every rank agrees on (DDP's, or θ_global) is evaluated every eval_every steps,
+    and the training time (evaluations excluded) at which its metric first reaches
+    `target` is reported as time_to_target."""
+    import copy
+
     import torch.distributed as dist
     import torch.nn as nn
 
     import gradcodec.torch as gct
 
     kind, spec, options = parse_run(name)
+    if "steps" in options:  # a budget of its own (time to the baseline's quality)
+        import dataclasses
+
+        if not hasattr(task, "steps_total"):
+            raise ValueError(f"{name}: steps= needs a task with a steps_total budget")
+        task = dataclasses.replace(task, steps_total=options.pop("steps"))
     model = task.model()
     ddp = model if kind in (COMPUTE, "outer") else nn.parallel.DistributedDataParallel(model)
     n_params = sum(p.numel() for p in model.parameters())
@@ -165,6 +178,16 @@ def train_one(task, name: str, rank: int, world: int, data) -> Dict[str, Any]:
     start = time.perf_counter()
     done = 0
     step_seconds = []
+    metric, higher_better = task.metric
+    evaluated_s = 0.0  # evaluation time, excluded from time_to_target
+    time_to_target = None
+    shadow = copy.deepcopy(model) if outer is not None and eval_every else None
+
+    def reached() -> bool:
+        if shadow is not None:
+            outer.load_global(shadow)
+        value = task.evaluate(shadow if shadow is not None else model, data)[metric]
+        return value >= target if higher_better else value <= target
     try:
         for step in range(steps):
             began = time.perf_counter()
@@ -185,14 +208,22 @@ def train_one(task, name: str, rank: int, world: int, data) -> Dict[str, Any]:
             if not math.isfinite(float(loss)):
                 failure = f"loss not finite at step {step}"
                 break
+            if eval_every and target is not None and time_to_target is None and \
+                    done % eval_every == 0:
+                began = time.perf_counter()
+                if reached():
+                    time_to_target = began - start - evaluated_s
+                evaluated_s += time.perf_counter() - began
     except RuntimeError as e:
         # The hook's non-finite decision (the same on every rank; DDP re-raises it as a
         # RuntimeError), or a torch hook that gloo refuses.
         if kind != "torch" and "NonFiniteGradient" not in str(e):
             raise
         failure = f"step {done}: {str(e).splitlines()[0][:200]}"
+    exposed = None
     if outer is not None:
         outer.settle()
+        exposed = (outer.exposed_seconds, outer.sync_seconds)
         # A run ends where it would stop: on θ_global (the last inner steps not synced
         # yet are a rank's own).
         outer.load_global()
@@ -221,10 +252,15 @@ def train_one(task, name: str, rank: int, world: int, data) -> Dict[str, Any]:
         "params": n_params,
         "error_feedback": None if state is None else state.error_feedback,
         "peak_sync_bytes": outer.peak_sync_bytes if outer is not None else None,
+        "seconds_training": seconds - evaluated_s,
+        "time_to_target": time_to_target,
+        "eval_every": eval_every,
+        "exposed_sync": exposed,
     }
 
 
-def _worker(rank: int, world: int, init_method: str, task, names: List[str], queue) -> None:
+def _worker(rank: int, world: int, init_method: str, task, names: List[str], queue,
+            eval_every: int = 0) -> None:
     import torch
     import torch.distributed as dist
 
@@ -233,9 +269,12 @@ def _worker(rank: int, world: int, init_method: str, task, names: List[str], que
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=300))
     data = task.data()
+    target = None  # the baseline's final metric, for the runs after it
     try:
         for name in names:
-            stats = train_one(task, name, rank, world, data)
+            stats = train_one(task, name, rank, world, data, target, eval_every)
+            if name == BASELINE and stats["failure"] is None:
+                target = stats["quality"][task.metric[0]]
             if rank == 0:
                 queue.put((name, stats))
     finally:
@@ -298,7 +337,8 @@ class _Collect:
         self.results[item[0]] = item[1]
 
 
-def compare_launched(task, names: List[str], master: str, verbose: bool = True):
+def compare_launched(task, names: List[str], master: str, verbose: bool = True,
+                     eval_every: int = 0):
     """One rank of a job that mpirun started (scripts/shaped-network runs every rank in a
     network namespace of its own): rank and world size from Open MPI's environment, gloo
     over TCP to `master`, rank 0's address. Every run in this one process group, in
@@ -310,7 +350,7 @@ def compare_launched(task, names: List[str], master: str, verbose: bool = True):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
     collect = _Collect()
     names = [BASELINE] + [n for n in names if n != BASELINE]
-    _worker(rank, world, f"tcp://{master}:29517", task, names, collect)
+    _worker(rank, world, f"tcp://{master}:29517", task, names, collect, eval_every)
     if rank == 0 and verbose:
         print_table(task, collect.results, world)
     return collect.results
@@ -319,7 +359,7 @@ def compare_launched(task, names: List[str], master: str, verbose: bool = True):
 def run(task, args) -> None:
     """What the examples' main() does with the shared options."""
     if args.launched:
-        compare_launched(task, args.codecs, args.launched)
+        compare_launched(task, args.codecs, args.launched, eval_every=args.eval_every)
     else:
         compare(task, args.codecs, world=args.world_size)
 
@@ -335,6 +375,9 @@ def add_arguments(parser, task, default_runs: List[str]) -> None:
     parser.add_argument("--batch", type=int, default=task.batch_size, help="per rank")
     parser.add_argument("--width", type=int, default=task.width)
     parser.add_argument("--seed", type=int, default=task.seed)
+    parser.add_argument("--eval-every", type=int, default=0, metavar="STEPS",
+                        help="with --launched: evaluate every STEPS steps and report the "
+                             "training time to reach the baseline's final quality")
     parser.add_argument("--launched", metavar="MASTER",
                         help="run as one rank of an mpirun job (scripts/shaped-network), "
                              "rank 0 at address MASTER, instead of spawning the ranks")
@@ -365,7 +408,17 @@ def print_table(task, results: Dict[str, Dict[str, Any]], world: int) -> None:
         ratio = r["dense_bytes_per_step"] / per_step if per_step and per_step == per_step \
             else float("nan")
         peak = r.get("peak_sync_bytes")
+        extra = f"  peak sync {peak} B" if peak else ""
+        if r.get("exposed_sync"):
+            exposed, total = r["exposed_sync"]
+            extra += f"  sync {total:.2f}s, exposed {exposed:.2f}s"
+        if r.get("eval_every"):
+            if name == BASELINE:  # its own final quality: reached at the end
+                extra += f"  to target {r['seconds_training']:.1f}s"
+            elif r.get("time_to_target") is not None:
+                extra += f"  to target {r['time_to_target']:.1f}s"
+            else:
+                extra += "  target not reached"
         print(f"{label:<40} {shown} {delta:>8} {ef:>3} {per_step:11.0f} {ratio:7.1f}x "
-              f"{r['seconds']:6.1f}s {r['step_seconds']:7.3f}"
-              + (f"  peak sync {peak} B" if peak else ""))
+              f"{r['seconds']:6.1f}s {r['step_seconds']:7.3f}" + extra)
     sys.stdout.flush()

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -34,6 +35,9 @@ struct outer_workspace::impl {
   // The reduction counts into flight_times, merged into `times` once it is done, so that
   // times() read while a sync is in flight never races with the engine's thread.
   phase_times flight_times;
+  double flight_s = 0;  // the reduction's own wall time (on whichever thread ran it)
+  double agree_s = 0;   // the agreement of the sync in flight
+  double sync_s = 0, exposed_s = 0;
 
   void merge_flight() {
     last_sync_bytes = times.bytes_sent - sync_start + flight_times.bytes_sent;
@@ -46,6 +50,8 @@ struct outer_workspace::impl {
     times.bytes_received += flight_times.bytes_received;
     times.collectives += flight_times.collectives;
     flight_times = {};
+    sync_s += agree_s + flight_s;
+    agree_s = flight_s = 0;
   }
 
   void join() {
@@ -60,11 +66,17 @@ outer_workspace::outer_workspace(outer_workspace&&) noexcept = default;
 outer_workspace& outer_workspace::operator=(outer_workspace&&) noexcept = default;
 const phase_times& outer_workspace::times() const noexcept { return impl_->times; }
 std::uint64_t outer_workspace::last_sync_bytes() const noexcept { return impl_->last_sync_bytes; }
+double outer_workspace::sync_seconds() const noexcept { return impl_->sync_s; }
+double outer_workspace::exposed_seconds() const noexcept { return impl_->exposed_s; }
 
 namespace {
 
 using detail::fnv1a;
 using detail::splitmix64;
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 constexpr std::uint64_t outer_protocol = 1;
 // The participation draw's tensor id: no codec context uses it (fragments are 0..P-1).
@@ -314,7 +326,11 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
     f.failure = (static_cast<std::uint64_t>(world.rank()) << 16) | static_cast<std::uint64_t>(*bad);
   }
   w.sync_start = w.times.bytes_sent;
-  if (auto st = agree(world, f, t, w.times); !st.ok()) return st;
+  const auto agree_start = std::chrono::steady_clock::now();
+  const status agreed = agree(world, f, t, w.times);
+  w.agree_s = seconds_since(agree_start);
+  w.exposed_s += w.agree_s;
+  if (!agreed.ok()) return agreed;
 
   // 4. Participation: a rank left out sends zeros, and its residual waits for its next turn.
   const bool in = outer_participates(cfg, size, world.rank(), s.rounds);
@@ -329,18 +345,22 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
   w.flight_cfg.tensors = w.slots;
   const context ctx{cfg.seed, s.rounds, p};
   ++s.rounds;
-  auto reduce = [&world, h, ctx, &rs, &w, set_aside]() -> status {
+  // Timed from here, so that a delayed sync's time includes starting its thread.
+  const auto start = std::chrono::steady_clock::now();
+  auto reduce = [&world, h, ctx, &rs, &w, set_aside, start]() -> status {
     const tensor_view d = view(std::span<float>(w.delta));
     phase_times* tp = &w.flight_times;
     status st = h != nullptr ? allreduce(*h, w.flight_cfg, ctx, d, d, rs, w.reduce, tp)
                              : allreduce(world, w.flight_cfg, ctx, d, d, rs, w.reduce, tp);
     if (set_aside) rs.worker_residual.swap(w.saved_residual);
+    w.flight_s = seconds_since(start);
     return st;
   };
 
   // 5. Blocking: applied now. Delayed: the reduction runs while the next τ inner steps do.
   if (cfg.delay == 0) {
     const status st = reduce();
+    w.exposed_s += w.flight_s;
     w.merge_flight();
     if (!st.ok()) return st;
     apply(cfg, size, s, w.placed, w.delta, params, false);
@@ -469,7 +489,9 @@ status outer_settle(outer_state& state, outer_workspace& ws) {
   if (!w.flight.joinable())
     return {status_code::invalid_argument,
             "outer_settle: the state's sync is in flight in another workspace"};
+  const auto wait_start = std::chrono::steady_clock::now();
   w.flight.join();
+  w.exposed_s += seconds_since(wait_start);
   w.merge_flight();
   if (!w.flight_status.ok()) return w.flight_status;
   state.pending = w.delta;

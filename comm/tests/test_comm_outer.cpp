@@ -49,6 +49,7 @@ struct rank_run {
   std::vector<std::byte> saved;
   gcc::phase_times times;
   std::uint64_t last_sync_bytes = 0;
+  double sync_s = 0, exposed_s = 0;
 };
 
 // `steps` inner steps of the toy model on w threads, each followed by outer_step.
@@ -71,6 +72,8 @@ std::vector<rank_run> train(int w, const gcc::outer_config& cfg, std::uint64_t n
     me.local = theta;
     me.times = ws.times();
     me.last_sync_bytes = ws.last_sync_bytes();
+    me.sync_s = ws.sync_seconds();
+    me.exposed_s = ws.exposed_seconds();
     return {};
   });
   for (int r = 0; r < w; ++r) out[static_cast<std::size_t>(r)].st = st[static_cast<std::size_t>(r)];
@@ -193,6 +196,14 @@ TEST(Outer, EveryVariantAndCodecGivesTheSameGlobalOnEveryRank) {
     const auto init = initial(n, 0);
     EXPECT_NE(runs[0].global, init) << v.name;
     EXPECT_GT(runs[0].times.bytes_sent, 0u) << v.name;
+    // Blocking syncs are exposed whole; a delayed one at most whole.
+    for (const auto& r : runs) {
+      EXPECT_GT(r.sync_s, 0.0) << v.name;
+      if (v.cfg.delay == 0)
+        EXPECT_NEAR(r.exposed_s, r.sync_s, 1e-9 + 1e-9 * r.sync_s) << v.name;
+      else  // plus the few microseconds from a thread's return to its join, per sync
+        EXPECT_LE(r.exposed_s, r.sync_s + 1e-3) << v.name;
+    }
   }
 }
 

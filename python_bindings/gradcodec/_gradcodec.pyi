@@ -214,5 +214,7 @@ class OuterSync:
     bytes_received: int
     collectives: int
     last_sync_bytes: int
+    sync_seconds: float
+    exposed_seconds: float
 
 def outer_fragment_due(sync_every: int, fragments: int, step: int) -> int: ...

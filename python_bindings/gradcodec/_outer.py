@@ -112,10 +112,21 @@ class OuterSync:
         """Waits for a sync in flight (delay > 0)."""
         self._engine.settle()
 
-    def load_global(self) -> None:
-        """Copies θ_global into the parameters (to evaluate or save the shared model)."""
-        self._flat[...] = self._engine.global_params
-        self._scatter()
+    def load_global(self, into: Optional[Union[torch.nn.Module, Iterable[torch.Tensor]]] = None
+                    ) -> None:
+        """Copies θ_global into the parameters, or into ``into`` (a copy of the model, or
+        parameters of the same shapes in the same order), e.g. to evaluate the shared model
+        without touching this rank's training."""
+        if into is None:
+            self._flat[...] = self._engine.global_params
+            self._scatter()
+            return
+        if isinstance(into, torch.nn.Module):
+            into = into.parameters()
+        flat = torch.from_numpy(self._engine.global_params)
+        with torch.no_grad():
+            for p, (o, n, _) in zip(list(into), self._tensors):
+                p.copy_(flat[o: o + n].view_as(p))
 
     def global_params(self) -> np.ndarray:
         """A copy of θ_global (flat, float32)."""
@@ -139,6 +150,17 @@ class OuterSync:
         """Bytes the library handed to the transport (the C++ engine's count, the same in
         a C++ job; agreements included)."""
         return self._engine.bytes_sent
+
+    @property
+    def sync_seconds(self) -> float:
+        """Wall seconds of the completed syncs (agreements and reductions)."""
+        return self._engine.sync_seconds
+
+    @property
+    def exposed_seconds(self) -> float:
+        """The part of sync_seconds that step() and settle() waited for: all of it with
+        delay 0; with delay > 0 what the inner steps did not hide."""
+        return self._engine.exposed_seconds
 
     @property
     def bytes_received(self) -> int:

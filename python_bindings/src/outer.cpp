@@ -246,6 +246,8 @@ class outer_sync {
   const gcc::outer_state& state() const { return state_; }
   const gcc::phase_times& times() const { return ws_.times(); }
   [[nodiscard]] std::uint64_t last_sync_bytes() const { return ws_.last_sync_bytes(); }
+  [[nodiscard]] double sync_seconds() const { return ws_.sync_seconds(); }
+  [[nodiscard]] double exposed_seconds() const { return ws_.exposed_seconds(); }
 
  private:
   tensor_view host_params(const out_array& params) const {
@@ -356,7 +358,11 @@ void register_outer(nb::module_& m) {
       .def_prop_ro("bytes_received", [](outer_sync& o) { return o.times().bytes_received; })
       .def_prop_ro("collectives", [](outer_sync& o) { return o.times().collectives; })
       .def_prop_ro("last_sync_bytes", &outer_sync::last_sync_bytes,
-                   "Bytes sent for the last completed sync (its agreement included).");
+                   "Bytes sent for the last completed sync (its agreement included).")
+      .def_prop_ro("sync_seconds", &outer_sync::sync_seconds,
+                   "Wall seconds of the completed syncs' agreements and reductions.")
+      .def_prop_ro("exposed_seconds", &outer_sync::exposed_seconds,
+                   "The part of sync_seconds the caller waited for.");
 
   m.def(
       "outer_fragment_due",

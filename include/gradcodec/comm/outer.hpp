@@ -100,6 +100,12 @@ class outer_workspace {
   [[nodiscard]] const phase_times& times() const noexcept;
   //! Bytes this rank sent for the last completed sync (its agreement included).
   [[nodiscard]] std::uint64_t last_sync_bytes() const noexcept;
+  //! Seconds (wall clock, summed over the completed syncs) that the syncs' agreements and
+  //! reductions took, and the part of them the caller waited for inside outer_step or
+  //! outer_settle: all of it with τ = 0, the agreement and the wait for the thread with
+  //! τ > 0. exposed / total is the share of the communication that was not hidden.
+  [[nodiscard]] double sync_seconds() const noexcept;
+  [[nodiscard]] double exposed_seconds() const noexcept;
 
   struct impl;
   impl& get() noexcept { return *impl_; }
