@@ -35,8 +35,7 @@ struct outer_workspace::impl {
   // The reduction counts into flight_times, merged into `times` once it is done, so that
   // times() read while a sync is in flight never races with the engine's thread.
   phase_times flight_times;
-  double flight_s = 0;  // the reduction's own wall time (on whichever thread ran it)
-  double agree_s = 0;   // the agreement of the sync in flight
+  double flight_s = 0;  // the sync's wall time (on whichever thread ran it)
   double sync_s = 0, exposed_s = 0;
 
   void merge_flight() {
@@ -50,8 +49,8 @@ struct outer_workspace::impl {
     times.bytes_received += flight_times.bytes_received;
     times.collectives += flight_times.collectives;
     flight_times = {};
-    sync_s += agree_s + flight_s;
-    agree_s = flight_s = 0;
+    sync_s += flight_s;
+    flight_s = 0;
   }
 
   void join() {
@@ -325,51 +324,51 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
   } else {
     f.failure = (static_cast<std::uint64_t>(world.rank()) << 16) | static_cast<std::uint64_t>(*bad);
   }
-  w.sync_start = w.times.bytes_sent;
-  const auto agree_start = std::chrono::steady_clock::now();
-  const status agreed = agree(world, f, t, w.times);
-  w.agree_s = seconds_since(agree_start);
-  w.exposed_s += w.agree_s;
-  if (!agreed.ok()) return agreed;
-
   // 4. Participation: a rank left out sends zeros, and its residual waits for its next turn.
+  // A rank that failed its own checks only takes part in the agreement, which fails.
+  allreduce_state* rs = bad ? nullptr : &s.reduce[p];
   const bool in = outer_participates(cfg, size, world.rank(), s.rounds);
-  allreduce_state& rs = s.reduce[p];
-  const bool set_aside = !in && !rs.worker_residual.empty();
+  const bool set_aside = rs != nullptr && !in && !rs->worker_residual.empty();
   if (!in) std::fill(w.delta.begin(), w.delta.end(), 0.0f);
   if (set_aside) {
-    w.saved_residual.swap(rs.worker_residual);
-    rs.worker_residual.assign(w.saved_residual.size(), 0.0f);
+    w.saved_residual.swap(rs->worker_residual);
+    rs->worker_residual.assign(w.saved_residual.size(), 0.0f);
   }
   w.flight_cfg = cfg.reduce;
   w.flight_cfg.tensors = w.slots;
   const context ctx{cfg.seed, s.rounds, p};
-  ++s.rounds;
-  // Timed from here, so that a delayed sync's time includes starting its thread.
+  w.sync_start = w.times.bytes_sent;
+  // The agreement and the reduction, inline (τ = 0) or on the workspace's thread; timed
+  // from here, so that a delayed sync's time includes starting its thread.
   const auto start = std::chrono::steady_clock::now();
-  auto reduce = [&world, h, ctx, &rs, &w, set_aside, start]() -> status {
-    const tensor_view d = view(std::span<float>(w.delta));
+  auto sync = [&world, h, ctx, f, t, rs, &w, set_aside, start]() -> status {
     phase_times* tp = &w.flight_times;
-    status st = h != nullptr ? allreduce(*h, w.flight_cfg, ctx, d, d, rs, w.reduce, tp)
-                             : allreduce(world, w.flight_cfg, ctx, d, d, rs, w.reduce, tp);
-    if (set_aside) rs.worker_residual.swap(w.saved_residual);
+    status st = agree(world, f, t, *tp);
+    if (st.ok() && rs != nullptr) {
+      const tensor_view d = view(std::span<float>(w.delta));
+      st = h != nullptr ? allreduce(*h, w.flight_cfg, ctx, d, d, *rs, w.reduce, tp)
+                        : allreduce(world, w.flight_cfg, ctx, d, d, *rs, w.reduce, tp);
+    }
+    if (set_aside) rs->worker_residual.swap(w.saved_residual);
     w.flight_s = seconds_since(start);
     return st;
   };
 
-  // 5. Blocking: applied now. Delayed: the reduction runs while the next τ inner steps do.
+  // 5. Blocking: applied now. Delayed: the sync runs while the next τ inner steps do, and
+  // its outcome (a disagreement or a non-finite Δ included) is known when it is applied.
   if (cfg.delay == 0) {
-    const status st = reduce();
+    const status st = sync();
     w.exposed_s += w.flight_s;
     w.merge_flight();
     if (!st.ok()) return st;
+    ++s.rounds;
     apply(cfg, size, s, w.placed, w.delta, params, false);
     return {};
   }
   s.pending_fragment = due;
   s.pending_step = t + cfg.delay;
   s.pending_ready = false;
-  w.flight = std::thread([&w, reduce] { w.flight_status = reduce(); });
+  w.flight = std::thread([&w, sync] { w.flight_status = sync(); });
   return {};
 }
 
@@ -493,7 +492,12 @@ status outer_settle(outer_state& state, outer_workspace& ws) {
   w.flight.join();
   w.exposed_s += seconds_since(wait_start);
   w.merge_flight();
-  if (!w.flight_status.ok()) return w.flight_status;
+  if (!w.flight_status.ok()) {
+    // Nothing was reduced on any rank: the sync is dropped, as a blocking one would be.
+    state.pending_fragment = -1;
+    return w.flight_status;
+  }
+  ++state.rounds;
   state.pending = w.delta;
   state.pending_ready = true;
   return {};

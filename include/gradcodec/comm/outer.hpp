@@ -134,7 +134,9 @@ status outer_init(communicator& comm, const outer_config& cfg, tensor_view local
 //! sends the fragment due (blocking when τ = 0). On a sync, every rank first agrees on the
 //! configuration, the step and round counters and whether its Δ is finite: a
 //! disagreement is comm_error and a non-finite Δ on any rank is nonfinite_input on every
-//! rank, with θ_global, θ_local and the state untouched.
+//! rank, with θ_global, θ_local and the state untouched. With τ > 0 the agreement runs
+//! with the reduction on the workspace's thread, and its outcome is returned by the call
+//! that would apply the sync (the sync is then dropped).
 status outer_step(communicator& comm, const outer_config& cfg, tensor_view local,
                   outer_state& state, outer_workspace& ws);
 
