@@ -356,12 +356,12 @@ def compare_launched(task, names: List[str], master: str, verbose: bool = True,
     return collect.results
 
 
-def run(task, args) -> None:
-    """What the examples' main() does with the shared options."""
+def run(task, args) -> Dict[str, Dict[str, Any]]:
+    """What the examples' main() does with the shared options; the results (rank 0's,
+    empty on the other ranks of a launched job)."""
     if args.launched:
-        compare_launched(task, args.codecs, args.launched, eval_every=args.eval_every)
-    else:
-        compare(task, args.codecs, world=args.world_size)
+        return compare_launched(task, args.codecs, args.launched, eval_every=args.eval_every)
+    return compare(task, args.codecs, world=args.world_size)
 
 
 def add_arguments(parser, task, default_runs: List[str]) -> None:

@@ -46,9 +46,14 @@ def main() -> None:
     args = parser.parse_args()
     task = Chars(steps_total=args.steps, lr=args.lr, weight_decay=args.weight_decay,
                  batch_size=args.batch, width=args.width, seed=args.seed)
-    ddp_compare.run(task, args)
-    tokens = task.batch_size * task.context
-    print(f"(bytes per token: bytes/step / {tokens})")
+    results = ddp_compare.run(task, args)
+    if not results:
+        return
+    tokens = task.batch_size * task.context  # per rank and step
+    print(f"\nbytes on the wire per token ({tokens} tokens per rank and step):")
+    for name, r in results.items():
+        if not r.get("failure"):
+            print(f"  {name:<44} {r['bytes_per_step'] / tokens:10.1f}")
 
 
 if __name__ == "__main__":
