@@ -3,6 +3,8 @@
 //! The CUDA backend table: which codecs run on the GPU, how the front end recognises
 //! device memory, and how it reads a frame header that lives on the device.
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include "codecs.hpp"
 #include "common.cuh"
@@ -11,9 +13,23 @@ namespace gradcodec::detail {
 
 namespace {
 
-bool device_present() noexcept {
+//! "" when a device is usable, else what the runtime said: a driver older than the
+//! runtime, or a fabric manager not ready, must not read as "no GPU".
+std::string device_problem() {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaSuccess && count > 0) return {};
+  (void)cudaGetLastError();
+  if (e == cudaSuccess) return "no CUDA device visible (the runtime counts 0 devices)";
+  const std::string what =
+      std::string(cudaGetErrorName(e)).append(": ").append(cudaGetErrorString(e));
+  if (e == cudaErrorNoDevice) return "no CUDA device visible (" + what + ")";
+  return "the CUDA runtime refused: " + what;
+}
+
+const std::string& problem() {
+  static const std::string p = device_problem();
+  return p;
 }
 
 //! The CUDA memory type of p (unregistered host memory for anything CUDA does not know).
@@ -86,11 +102,14 @@ backend_table make_table() {
 
 }  // namespace
 
-//! Null when no CUDA device is visible, so backend_available(cuda) says so.
+//! Null when no CUDA device is usable, so backend_available(cuda) says so, and
+//! cuda_table_unavailable_reason() why.
 const backend_table* cuda_backend_table() noexcept {
-  static const bool present = device_present();
+  static const bool present = problem().empty();
   static const backend_table table = make_table();
   return present ? &table : nullptr;
 }
+
+std::string_view cuda_table_unavailable_reason() noexcept { return problem(); }
 
 }  // namespace gradcodec::detail

@@ -136,5 +136,7 @@ const backend_table& reference_backend() noexcept;
 //! Null when the backend is not built (or, for CUDA, no device is present).
 const backend_table* cpu_backend() noexcept;
 const backend_table* cuda_backend() noexcept;
+//! Why cuda_backend() is null ("" when it is not).
+std::string_view cuda_unavailable_reason() noexcept;
 
 }  // namespace gradcodec::detail

@@ -94,9 +94,10 @@ result<picked_ops> pick(backend where, codec_id id, const void* data) noexcept {
     t = table_of(where);
   }
   if (t == nullptr)
-    return status{
-        status_code::backend_unavailable,
-        std::string("backend '").append(backend_name(where)).append("' is not available")};
+    return status{status_code::backend_unavailable, std::string("backend '")
+                                                        .append(backend_name(where))
+                                                        .append("' is not available: ")
+                                                        .append(backend_unavailable_reason(where))};
   const codec_ops& ops = t->codecs[static_cast<int>(id) - 1];
   if (ops.encode == nullptr || ops.decode == nullptr)
     return status{
@@ -273,6 +274,12 @@ bool backend_available(backend b) noexcept {
   return b == backend::automatic || table_of(b) != nullptr;
 }
 
+std::string_view backend_unavailable_reason(backend b) noexcept {
+  if (backend_available(b)) return "";
+  if (b == backend::cuda) return detail::cuda_unavailable_reason();
+  return "not built (this build has no cpu/ backend)";
+}
+
 std::uint64_t encode_bound(const codec_spec& spec, std::uint64_t n, dtype type,
                            std::uint64_t rows) noexcept {
   using namespace blocks;
@@ -438,7 +445,9 @@ result<const backend_table*> decode_memory(const_bytes frame, const exec_options
                                            const void* also, const char* also_name) {
   const backend_table* dev = device_table(opt.where, frame.data());
   if (opt.where == backend::cuda && dev == nullptr)
-    return status{status_code::backend_unavailable, "backend 'cuda' is not available"};
+    return status{status_code::backend_unavailable,
+                  std::string("backend 'cuda' is not available: ")
+                      .append(backend_unavailable_reason(backend::cuda))};
   if (frame.size() > 0 && frame.data() == nullptr) return invalid("frame: null data");
   if (dev != nullptr) {
     for (auto [p, name] :

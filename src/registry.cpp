@@ -10,6 +10,7 @@ const backend_table* cpu_backend_table() noexcept;
 #endif
 #if GRADCODEC_HAVE_CUDA_BACKEND
 const backend_table* cuda_backend_table() noexcept;
+std::string_view cuda_table_unavailable_reason() noexcept;
 #endif
 
 const backend_table* cpu_backend() noexcept {
@@ -25,6 +26,14 @@ const backend_table* cuda_backend() noexcept {
   return cuda_backend_table();
 #else
   return nullptr;
+#endif
+}
+
+std::string_view cuda_unavailable_reason() noexcept {
+#if GRADCODEC_HAVE_CUDA_BACKEND
+  return cuda_table_unavailable_reason();
+#else
+  return "not built (configure with GRADCODEC_CUDA=ON and a CUDA toolkit)";
 #endif
 }
 

@@ -275,6 +275,29 @@ TEST_F(Cli, ListMentionsEveryCodecAndParameter) {
   }
 }
 
+// A backend that is missing says why: not built, or the CUDA runtime's own error (a driver
+// older than the runtime is not "no GPU"), in `list` and in the error of a call.
+TEST_F(Cli, ListSaysWhyABackendIsMissing) {
+  EXPECT_EQ(gc::backend_unavailable_reason(gc::backend::reference), "");
+  const run_result r = run("list");
+  expect_ok(r, "list");
+  for (gc::backend b : {gc::backend::cpu, gc::backend::cuda}) {
+    const std::string why(gc::backend_unavailable_reason(b));
+    EXPECT_EQ(why.empty(), gc::backend_available(b)) << gc::backend_name(b);
+    const std::string line = "\n  " + std::string(gc::backend_name(b)) + ": " + why + "\n";
+    EXPECT_EQ(r.out.find(line) != std::string::npos, !why.empty()) << line << r.out;
+  }
+  if (!gc::backend_available(gc::backend::cuda)) {
+    const std::string why(gc::backend_unavailable_reason(gc::backend::cuda));
+    // Built with CUDA: what the runtime said (its error name), else "not built".
+    EXPECT_TRUE(why.find("cudaError") != std::string::npos ||
+                why.find("0 devices") != std::string::npos || why.rfind("not built", 0) == 0)
+        << why;
+    const run_result e = run("list --backend cuda");
+    EXPECT_NE(e.err.find(why), std::string::npos) << e.err;
+  }
+}
+
 TEST_F(Cli, HelpPrintsUsage) {
   for (const std::string args : {"--help", "-h", "help"}) {
     const run_result r = run(args);

@@ -204,7 +204,7 @@ void run_codec(run_state& st, gpu_clock& clk, const codec_spec& spec, const std:
 void run_bench_cuda(const cuda_bench_request& req, run_state& st) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)
-    fail("--backend cuda: no CUDA device is visible");
+    fail("--backend cuda: " + std::string(backend_unavailable_reason(backend::cuda)));
   std::vector<int> gpus = req.gpus;
   if (gpus.empty())
     for (int d = 0; d < count; ++d) gpus.push_back(d);

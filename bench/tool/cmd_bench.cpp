@@ -430,7 +430,7 @@ std::vector<backend> backends_from(const parsed_args& args, bool& reference_name
     if (b.value() == backend::cuda) continue;  // run_bench handles cuda on its own
     if (!backend_available(b.value()))
       fail("backend '" + name +
-           "' is not available (not built into this gradcodec, or no device present)");
+           "' is not available: " + std::string(backend_unavailable_reason(b.value())));
     if (b.value() == backend::reference) reference_named = true;
     if (std::find(out.begin(), out.end(), b.value()) == out.end()) out.push_back(b.value());
   }

@@ -37,6 +37,9 @@ int run_list(const parsed_args& args) {
     if (b == opt.where) std::cout << " [selected]";
   }
   std::cout << "\n";
+  for (backend b : {backend::cpu, backend::cuda})
+    if (!backend_available(b))
+      std::cout << "  " << backend_name(b) << ": " << backend_unavailable_reason(b) << "\n";
   for (const auto& c : all_codecs()) {
     std::cout << "\n"
               << c.name << " - " << c.summary << "\n"

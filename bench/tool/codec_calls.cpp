@@ -13,7 +13,7 @@ exec_options exec_from_args(const parsed_args& args) {
   if (!b) usage_fail(std::string("--backend: ") + b.error().message());
   if (!backend_available(b.value()))
     fail("backend '" + std::string(backend_name(b.value())) +
-         "' is not available (not built into this gradcodec, or no device present)");
+         "' is not available: " + std::string(backend_unavailable_reason(b.value())));
   opt.where = b.value();
   return opt;
 }

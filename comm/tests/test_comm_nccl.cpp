@@ -154,7 +154,8 @@ status exercise(gcc::nccl_communicator& c) {
 
 TEST(NcclCommunicator, CollectivesOnEveryLocalDevice) {
   const int ndev = std::min(device_count(), 4);
-  if (ndev == 0) GTEST_SKIP() << "no CUDA device";
+  if (ndev == 0)
+    GTEST_SKIP() << "NCCL tests need a GPU: " << gc::backend_unavailable_reason(gc::backend::cuda);
   std::vector<ncclComm_t> comms(static_cast<std::size_t>(ndev));
   ASSERT_EQ(ncclCommInitAll(comms.data(), ndev, nullptr), ncclSuccess);
   std::vector<status> results(static_cast<std::size_t>(ndev));

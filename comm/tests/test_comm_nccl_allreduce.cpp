@@ -28,7 +28,8 @@ int device_count() {
 
 TEST(NcclAllreduce, EveryScenarioEqualsTheHostSimulationBitForBit) {
   const int ndev = std::min(device_count(), 4);
-  if (ndev == 0) GTEST_SKIP() << "no CUDA device";
+  if (ndev == 0)
+    GTEST_SKIP() << "NCCL tests need a GPU: " << gc::backend_unavailable_reason(gc::backend::cuda);
   std::vector<scenario> scenarios;
   for (auto& sc : all_scenarios())
     if (sc.ranks_per_node == 0 || ndev >= 2) scenarios.push_back(sc);

@@ -199,7 +199,9 @@ TEST(Outer, EveryVariantAndCodecGivesTheSameGlobalOnEveryRank) {
     // Blocking syncs are exposed whole, by construction (no timing is asserted).
     for (const auto& r : runs) {
       EXPECT_GT(r.sync_s, 0.0) << v.name;
-      if (v.cfg.delay == 0) EXPECT_EQ(r.exposed_s, r.sync_s) << v.name;
+      if (v.cfg.delay == 0) {
+        EXPECT_EQ(r.exposed_s, r.sync_s) << v.name;
+      }
     }
   }
 }

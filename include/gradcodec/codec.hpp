@@ -24,6 +24,11 @@ std::string_view backend_name(backend b) noexcept;
 result<backend> backend_from_name(std::string_view name);
 //! Whether a backend is built in and usable on this machine (CUDA: a device is present).
 bool backend_available(backend b) noexcept;
+//! Why a backend is not available ("" when it is): not built, or for CUDA what the runtime
+//! said, e.g. "the CUDA runtime refused: cudaErrorInsufficientDriver (CUDA driver version
+//! is insufficient for CUDA runtime version)" or "no CUDA device visible
+//! (cudaErrorNoDevice: ...)".
+std::string_view backend_unavailable_reason(backend b) noexcept;
 
 //! How a call runs. Defaults suit host memory and no scratch.
 struct exec_options {

@@ -549,6 +549,12 @@ void register_codec(nb::module_& m) {
       },
       "Every codec with its summary, bits per element, bias and parameters.");
   m.def(
+      "backend_unavailable_reason",
+      [](const std::string& name) {
+        return std::string(backend_unavailable_reason(backend_arg(name)));
+      },
+      nb::arg("name"), "Why a backend is not available ('' when it is).");
+  m.def(
       "backend_available",
       [](const std::string& name) { return backend_available(backend_arg(name)); }, nb::arg("name"),
       "Whether a backend ('auto', 'reference', 'cpu', 'cuda') is usable here.");

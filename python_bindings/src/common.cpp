@@ -123,9 +123,10 @@ void call_device::note(int device_type, int device_id, const char* what, exec_op
   if (device_type == nb::device::cuda::value) {
     if (!backend_available(backend::cuda))
       raise_error(status_code::backend_unavailable,
-                  std::string(what).append(
-                      " is CUDA memory, but the CUDA backend is not available (gradcodec was "
-                      "built without it, or it sees no device): copy the tensor to the CPU first"));
+                  std::string(what)
+                      .append(" is CUDA memory, but the CUDA backend is not available (")
+                      .append(backend_unavailable_reason(backend::cuda))
+                      .append("): copy the tensor to the CPU first"));
     if (opt.where == backend::automatic) opt.where = backend::cuda;
     if (opt.where != backend::cuda)
       raise_error(status_code::invalid_argument, std::string(what)

@@ -63,6 +63,9 @@ def test_version_backends_and_codec_list():
     assert gc.header_bytes == 48 and gc.format_version == 1
     assert "reference" in gc.backends()
     assert gc.backend_available("reference") and gc.backend_available("auto")
+    for name in ("reference", "cpu", "cuda"):
+        why = gc.backend_unavailable_reason(name)
+        assert (why == "") == gc.backend_available(name), (name, why)
     expect_error(gc.StatusCode.invalid_argument, gc.backend_available, "tpu")
     names = [c["name"] for c in gc.codecs()]
     assert names == ["topk", "dgc", "randomk", "threshold", "qsgd", "terngrad", "minmax",

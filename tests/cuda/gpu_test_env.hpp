@@ -13,17 +13,18 @@
 #include <cstdlib>
 #include <vector>
 
+#include "gradcodec/codec.hpp"
+
 namespace gradcodec::test {
 
-inline bool have_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
+inline bool have_gpu() { return gradcodec::backend_available(gradcodec::backend::cuda); }
 
-//! The first line of every CUDA backend test: skip, saying why, where no GPU is visible.
-#define SKIP_WITHOUT_GPU()            \
-  if (!::gradcodec::test::have_gpu()) \
-  GTEST_SKIP() << "no CUDA device visible: CUDA backend tests need a GPU"
+//! The first line of every CUDA backend test: skip, with the runtime's own reason (a
+//! driver older than the runtime is not "no GPU"), where no GPU is usable.
+#define SKIP_WITHOUT_GPU()                          \
+  if (!::gradcodec::test::have_gpu())               \
+  GTEST_SKIP() << "CUDA backend tests need a GPU: " \
+               << ::gradcodec::backend_unavailable_reason(::gradcodec::backend::cuda)
 
 inline std::size_t max_n() {
   const char* e = std::getenv("GRADCODEC_TEST_MAX_N");
