@@ -502,16 +502,7 @@ void allreduce_bench::run_codec(size_buffers& b, const codec_spec& spec, comm::w
             if (last && measure_transfer) rec_.start_recording();
             const status s = comm::allreduce(rec_, cfg, {1, step, 0}, in, out, state, ws, &t);
             rec_.stop_recording();
-            if (timed) {
-              phases.agree_s += t.agree_s;
-              phases.encode_s += t.encode_s;
-              phases.reduce_s += t.reduce_s;
-              phases.decode_s += t.decode_s;
-              phases.comm_s += t.comm_s;
-              phases.bytes_sent += t.bytes_sent;
-              phases.bytes_received += t.bytes_received;
-              phases.collectives += t.collectives;
-            }
+            if (timed) phases += t;
             return s;
           });
       if (!st.ok()) {

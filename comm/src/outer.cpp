@@ -40,14 +40,7 @@ struct outer_workspace::impl {
 
   void merge_flight() {
     last_sync_bytes = times.bytes_sent - sync_start + flight_times.bytes_sent;
-    times.agree_s += flight_times.agree_s;
-    times.encode_s += flight_times.encode_s;
-    times.reduce_s += flight_times.reduce_s;
-    times.decode_s += flight_times.decode_s;
-    times.comm_s += flight_times.comm_s;
-    times.bytes_sent += flight_times.bytes_sent;
-    times.bytes_received += flight_times.bytes_received;
-    times.collectives += flight_times.collectives;
+    times += flight_times;
     flight_times = {};
     sync_s += flight_s;
     flight_s = 0;
@@ -162,7 +155,7 @@ constexpr const char* field_names[outer_fields::count] = {"the outer protocol",
                                                           "hierarchy"};
 
 outer_fields fields_of(const outer_config& c, std::uint64_t n, int world, std::uint64_t step,
-                       std::uint64_t rounds, bool hierarchical) {
+                       std::uint64_t rounds, bool hierarchical, std::uint64_t fingerprint) {
   outer_fields f;
   const std::uint64_t v[outer_fields::count] = {outer_protocol,
                                                 c.sync_every,
@@ -177,7 +170,7 @@ outer_fields fields_of(const outer_config& c, std::uint64_t n, int world, std::u
                                                 n,
                                                 step,
                                                 rounds,
-                                                fingerprint_of(c, n, world),
+                                                fingerprint,
                                                 static_cast<std::uint64_t>(world),
                                                 hierarchical ? 1u : 0u};
   std::copy(std::begin(v), std::end(v), std::begin(f.v));
@@ -233,20 +226,21 @@ bool view_ok(const tensor_view& v, std::uint64_t n) noexcept {
 
 //! θ_global, the momentum and θ_local of fragment `p` after the reduced Δ arrived.
 void apply(const outer_config& cfg, int world, outer_state& s, std::span<const tensor_slot> placed,
-           std::vector<float>& d, float* local, bool late) {
-  if (cfg.participants != 0 && cfg.participants < static_cast<std::uint32_t>(world)) {
-    const float c = static_cast<float>(world) / static_cast<float>(cfg.participants);
-    for (float& x : d) x *= c;
-  }
+           std::span<const float> d, float* local, bool late) {
+  // With K < W participants the reduced mean over W becomes the participants' mean.
+  const bool partial =
+      cfg.participants != 0 && cfg.participants < static_cast<std::uint32_t>(world);
+  const float scale = static_cast<float>(world) / static_cast<float>(cfg.participants);
   const float mu = cfg.momentum, step = -cfg.lr, alpha = cfg.mix;
   std::uint64_t k = 0;
   for (const tensor_slot& t : placed) {
     for (std::uint64_t j = t.offset; j < t.offset + t.n; ++j, ++k) {
-      float u = d[k];
+      const float dk = partial ? d[k] * scale : d[k];
+      float u = dk;
       if (mu != 0.0f) {
         float& m = s.momentum[j];
-        m = std::fma(mu, m, d[k]);
-        u = cfg.nesterov ? std::fma(mu, m, d[k]) : m;
+        m = std::fma(mu, m, dk);
+        u = cfg.nesterov ? std::fma(mu, m, dk) : m;
       }
       float& g = s.global[j];
       g = std::fma(step, u, g);
@@ -289,23 +283,21 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
   s.step = t;
 
   // 2. The fragment due now, by the schedule the state was made with.
-  outer_config schedule = cfg;
-  schedule.sync_every = s.sync_every;
-  schedule.fragments = s.fragments;
-  const std::int64_t due = s.initialized() ? outer_fragment_due(schedule, t) : -1;
+  const std::int64_t due = s.initialized() ? outer_fragment_due(s.sync_every, s.fragments, t) : -1;
   if (due < 0)
     return local_ok ? status{}
                     : status{status_code::invalid_argument,
                              "outer_step: the state is not initialized "
                              "(outer_init) or the parameters do not match it"};
 
-  outer_fields f = fields_of(cfg, n, size, t, s.rounds, h != nullptr);
+  const std::uint64_t fingerprint = fingerprint_of(cfg, n, size);
+  outer_fields f = fields_of(cfg, n, size, t, s.rounds, h != nullptr, fingerprint);
   std::optional<outer_reason> bad;
   if (!view_ok(local, n))
     bad = outer_reason::bad_view;
   else if (!config_valid(cfg, n, size))
     bad = outer_reason::bad_config;
-  else if (s.fingerprint != fingerprint_of(cfg, n, size) || s.reduce.size() != cfg.fragments)
+  else if (s.fingerprint != fingerprint || s.reduce.size() != cfg.fragments)
     bad = outer_reason::bad_state;
   else if (h != nullptr && cfg.participants != 0)
     bad = outer_reason::participation_in_hierarchy;
@@ -394,8 +386,9 @@ std::vector<tensor_slot> outer_fragment(const outer_config& cfg, std::uint64_t n
   return out;
 }
 
-std::int64_t outer_fragment_due(const outer_config& cfg, std::uint64_t t) noexcept {
-  const std::uint64_t hsteps = cfg.sync_every, parts = cfg.fragments;
+std::int64_t outer_fragment_due(std::uint32_t sync_every, std::uint32_t fragments,
+                                std::uint64_t t) noexcept {
+  const std::uint64_t hsteps = sync_every, parts = fragments;
   if (t == 0 || hsteps == 0 || parts == 0 || parts > hsteps) return -1;
   const std::uint64_t phase = t % hsteps;
   for (std::uint64_t p = 0; p < parts; ++p)
@@ -422,7 +415,8 @@ bool outer_participates(const outer_config& cfg, int world, int rank,
 status outer_init(communicator& comm, const outer_config& cfg, tensor_view local,
                   outer_state& state) {
   const std::uint64_t n = local.n;
-  outer_fields f = fields_of(cfg, n, comm.size(), 0, 0, false);
+  const std::uint64_t fingerprint = fingerprint_of(cfg, n, comm.size());
+  outer_fields f = fields_of(cfg, n, comm.size(), 0, 0, false, fingerprint);
   if (!view_ok(local, n))
     f.failure = (static_cast<std::uint64_t>(comm.rank()) << 16) |
                 static_cast<std::uint64_t>(outer_reason::bad_view);
@@ -434,7 +428,7 @@ status outer_init(communicator& comm, const outer_config& cfg, tensor_view local
   if (n > 0)
     if (auto st = comm.broadcast(local.data, n * 4, 0); !st.ok()) return st;
   outer_state s;
-  s.fingerprint = fingerprint_of(cfg, n, comm.size());
+  s.fingerprint = fingerprint;
   s.sync_every = cfg.sync_every;
   s.fragments = cfg.fragments;
   s.delay = cfg.delay;

@@ -233,7 +233,8 @@ TEST(Outer, TheScheduleStaggersFragmentsAndStridesTensors) {
   c.sync_every = 8;
   c.fragments = 4;
   std::vector<std::int64_t> due;
-  for (std::uint64_t t = 0; t <= 16; ++t) due.push_back(gcc::outer_fragment_due(c, t));
+  for (std::uint64_t t = 0; t <= 16; ++t)
+    due.push_back(gcc::outer_fragment_due(c.sync_every, c.fragments, t));
   const std::vector<std::int64_t> expect = {-1, -1, 0,  -1, 1,  -1, 2,  -1, 3,
                                             -1, 0,  -1, 1,  -1, 2,  -1, 3};
   EXPECT_EQ(due, expect);

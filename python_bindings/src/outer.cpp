@@ -217,10 +217,7 @@ class outer_sync {
   //! Whether the next step() reads or writes the parameters (a sync is sent or applied).
   [[nodiscard]] bool due_now() const {
     const std::uint64_t t = state_.step + 1;
-    gcc::outer_config schedule = cfg_;
-    schedule.sync_every = state_.sync_every;
-    schedule.fragments = state_.fragments;
-    return gcc::outer_fragment_due(schedule, t) >= 0 ||
+    return gcc::outer_fragment_due(state_.sync_every, state_.fragments, t) >= 0 ||
            (state_.pending_fragment >= 0 && state_.pending_step == t);
   }
   void settle() {
@@ -364,16 +361,8 @@ void register_outer(nb::module_& m) {
       .def_prop_ro("exposed_seconds", &outer_sync::exposed_seconds,
                    "The part of sync_seconds the caller waited for.");
 
-  m.def(
-      "outer_fragment_due",
-      [](std::uint32_t sync_every, std::uint32_t fragments, std::uint64_t t) {
-        gcc::outer_config c;
-        c.sync_every = sync_every;
-        c.fragments = fragments;
-        return gcc::outer_fragment_due(c, t);
-      },
-      nb::arg("sync_every"), nb::arg("fragments"), nb::arg("step"),
-      "The fragment sent after inner step `step` (from 1), or -1.");
+  m.def("outer_fragment_due", &gcc::outer_fragment_due, nb::arg("sync_every"), nb::arg("fragments"),
+        nb::arg("step"), "The fragment sent after inner step `step` (from 1), or -1.");
 }
 
 }  // namespace gradcodec::python

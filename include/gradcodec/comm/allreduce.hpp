@@ -81,6 +81,19 @@ struct phase_times {
   std::uint64_t bytes_sent = 0;
   std::uint64_t bytes_received = 0;
   std::uint64_t collectives = 0;
+
+  //! Adds every field of `o` (accumulating the steps of a loop).
+  phase_times& operator+=(const phase_times& o) noexcept {
+    agree_s += o.agree_s;
+    encode_s += o.encode_s;
+    reduce_s += o.reduce_s;
+    decode_s += o.decode_s;
+    comm_s += o.comm_s;
+    bytes_sent += o.bytes_sent;
+    bytes_received += o.bytes_received;
+    collectives += o.collectives;
+    return *this;
+  }
 };
 
 //! Scratch of the allreduce calls: send and receive buffers, accumulators, codec

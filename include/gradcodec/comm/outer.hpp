@@ -117,8 +117,10 @@ class outer_workspace {
 //! The tensors (as [offset, offset + n) ranges of the flat buffer) of fragment p.
 std::vector<tensor_slot> outer_fragment(const outer_config& cfg, std::uint64_t n, std::uint32_t p);
 
-//! The fragment sent after step t (1 = after the first inner step), or -1.
-std::int64_t outer_fragment_due(const outer_config& cfg, std::uint64_t t) noexcept;
+//! The fragment sent after step t (1 = after the first inner step) with H = sync_every
+//! and P = fragments, or -1.
+std::int64_t outer_fragment_due(std::uint32_t sync_every, std::uint32_t fragments,
+                                std::uint64_t t) noexcept;
 
 //! Whether `rank` of `world` contributes to sync `round` (K of W drawn without
 //! replacement from the counter RNG keyed by (seed, round)).
