@@ -1,0 +1,449 @@
+// SPDX-License-Identifier: Apache-2.0
+// The cost model, the planner and the calibration (comm/cost_model.hpp, plan.hpp,
+// calibrate.hpp): the model's bytes and collectives against what the strategies really
+// hand to a communicator, the planner's choices on hand-made profiles, the same plan on
+// every rank after the agreement, the profile's JSON form, and a calibration run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm_test_util.hpp"
+#include "gradcodec/comm/calibrate.hpp"
+#include "gradcodec/comm/plan.hpp"
+#include "gradcodec/comm/thread_communicator.hpp"
+
+namespace {
+
+using namespace comm_test;
+using gc::status;
+using gc::status_code;
+
+gc::codec_spec spec(const char* text) { return gc::parse_spec(text).value(); }
+
+//! Forwards to another communicator and counts, as the cost model does, the bytes this
+//! rank sends to the others and the collectives it takes part in.
+class counting_communicator final : public gcc::communicator {
+ public:
+  explicit counting_communicator(gcc::communicator& inner) : inner_(inner) {}
+
+  [[nodiscard]] int rank() const noexcept override { return inner_.rank(); }
+  [[nodiscard]] int size() const noexcept override { return inner_.size(); }
+  [[nodiscard]] std::string_view name() const noexcept override { return "counting"; }
+
+  status iallgatherv(const void* send, std::uint64_t send_bytes, void* recv,
+                     std::span<const std::uint64_t> recv_bytes, gcc::request& req) override {
+    wire += static_cast<std::uint64_t>(size() - 1) * send_bytes;
+    ++collectives;
+    return inner_.iallgatherv(send, send_bytes, recv, recv_bytes, req);
+  }
+  status ialltoallv(const void* send, std::span<const std::uint64_t> send_bytes, void* recv,
+                    std::span<const std::uint64_t> recv_bytes, gcc::request& req) override {
+    for (int d = 0; d < size(); ++d)
+      if (d != rank()) wire += send_bytes[static_cast<std::size_t>(d)];
+    ++collectives;
+    return inner_.ialltoallv(send, send_bytes, recv, recv_bytes, req);
+  }
+  status iallreduce(const void* send, void* recv, std::uint64_t count, gcc::element_type type,
+                    gcc::reduce_op op, gcc::request& req) override {
+    ++collectives;  // the configuration check: the model counts its time, not its bytes
+    return inner_.iallreduce(send, recv, count, type, op, req);
+  }
+  status ibroadcast(void* buf, std::uint64_t bytes, int root, gcc::request& req) override {
+    ++collectives;
+    return inner_.ibroadcast(buf, bytes, root, req);
+  }
+  status wait(gcc::request& req) override { return inner_.wait(req); }
+  status barrier() override { return inner_.barrier(); }
+  status split(int color, int key, std::unique_ptr<gcc::communicator>& out) override {
+    return inner_.split(color, key, out);
+  }
+
+  std::uint64_t wire = 0, collectives = 0;
+
+ private:
+  gcc::communicator& inner_;
+};
+
+//! A profile with plausible costs for every spec given (1 ns per element per operation,
+//! 10 µs per call) over a uniform link.
+gcc::cost_profile hand_profile(const std::vector<gc::codec_spec>& specs, double bytes_per_s,
+                               double latency_s = 50e-6) {
+  gcc::cost_profile p;
+  p.link = gcc::link_profile::uniform(latency_s, bytes_per_s);
+  p.compute.copy = {1e-6, 0.25e-9};
+  for (const gc::codec_spec& s : specs) {
+    gcc::codec_costs c;
+    c.spec = s;
+    c.encode = c.encode_with_feedback = c.decode = c.decode_accumulate = {10e-6, 1e-9};
+    p.compute.codecs.push_back(c);
+  }
+  return p;
+}
+
+std::vector<gc::codec_spec> every_codec() {
+  std::vector<gc::codec_spec> v;
+  for (const char* t : {"topk", "dgc", "randomk", "qsgd", "terngrad", "minmax", "onebit",
+                        "sign:scale=mean", "fp16", "bf16", "powersgd:rank=2"})
+    v.push_back(spec(t));
+  return v;
+}
+
+// For every codec, strategy, segment length and rank count, the model's bytes and
+// collectives are those the strategy hands to the communicator (the rank sending most).
+TEST(CostModel, WireBytesAndCollectivesMatchTheStrategies) {
+  const std::vector<gc::codec_spec> specs = every_codec();
+  const gcc::cost_profile profile = hand_profile(specs, 1e9);
+  for (int world : {2, 3}) {
+    for (std::uint64_t n : {std::uint64_t{3 * 4096 + 100}, std::uint64_t{4096}}) {
+      std::vector<gcc::candidate> cands;
+      cands.push_back({true, spec("bf16"), gcc::strategy::dense, false, 0, false});
+      for (const gc::codec_spec& s : specs)
+        for (gcc::strategy how : {gcc::strategy::allgather, gcc::strategy::two_phase,
+                                  gcc::strategy::dense, gcc::strategy::majority_vote})
+          if (gcc::supported_strategies(s.id).contains(how))
+            for (std::uint64_t seg : {std::uint64_t{0}, std::uint64_t{4096}})
+              cands.push_back({false, s, how, false, seg, true});
+      for (const gcc::candidate& c : cands) {
+        SCOPED_TRACE(gcc::describe(c) + " W=" + std::to_string(world) + " n=" + std::to_string(n));
+        auto predicted = gcc::predict(c, n, world, profile);
+        ASSERT_TRUE(predicted.ok()) << predicted.error().message();
+        std::vector<std::uint64_t> wire(static_cast<std::size_t>(world)),
+            calls(static_cast<std::size_t>(world));
+        // PowerSGD factorises the flat bucket as the model does: a near-square matrix.
+        std::uint64_t rows = 0;
+        if (c.spec.id == gc::codec_id::powersgd)
+          for (std::uint64_t d = 1; d * d <= n; ++d)
+            if (n % d == 0) rows = d;
+        auto st = gcc::run_threads(world, [&](gcc::communicator& inner) -> status {
+          counting_communicator comm(inner);
+          gcc::allreduce_config cfg = gcc::config_of(c);
+          cfg.where = gc::backend::reference;
+          std::vector<float> g = make_grad(n, comm.rank(), 0, 1.0f), out(n);
+          gcc::allreduce_state state;
+          gcc::workspace ws;
+          const gc::const_tensor_view in{g.data(), n, gc::dtype::f32, rows};
+          status s = gcc::allreduce(comm, cfg, {1, 0, 0}, in, gc::view(out), state, ws);
+          wire[static_cast<std::size_t>(comm.rank())] = comm.wire;
+          calls[static_cast<std::size_t>(comm.rank())] = comm.collectives;
+          return s;
+        });
+        ASSERT_TRUE(all_ok(st)) << messages(st);
+        EXPECT_EQ(predicted.value().wire_bytes, *std::max_element(wire.begin(), wire.end()));
+        EXPECT_EQ(predicted.value().collectives, calls[0]);
+      }
+    }
+  }
+}
+
+TEST(CostModel, CollectiveFormulas) {
+  const gcc::link_profile l = gcc::link_profile::uniform(1e-4, 1e8);
+  // Ring: 2(W-1) rounds, 2(W-1)/W of the buffer sent.
+  EXPECT_DOUBLE_EQ(gcc::ring_allreduce_seconds(l, 4, 4'000'000), 6 * 1e-4 + 1.5 * 4e6 / 1e8);
+  EXPECT_DOUBLE_EQ(gcc::allgather_seconds(l, 3, 1000), 2 * 1e-4 + 2000 / 1e8);
+  EXPECT_DOUBLE_EQ(gcc::alltoall_seconds(l, 5, 1000), 4 * 1e-4 + 4000 / 1e8);
+  EXPECT_EQ(gcc::ring_allreduce_seconds(l, 1, 1 << 20), 0.0);
+  EXPECT_EQ(gcc::allgather_seconds(l, 1, 1 << 20), 0.0);
+}
+
+TEST(CostModel, PipeliningHidesOnlyWhatTheLinkOverlaps) {
+  gcc::cost_profile p = hand_profile({spec("minmax")}, 1.25e8);
+  gcc::candidate c{false, spec("minmax"), gcc::strategy::two_phase, false, 1 << 18, true};
+  const std::uint64_t n = 1 << 22;
+  const double off = gcc::predict(c, n, 4, p).value().total_s;
+  c.pipeline = true;
+  EXPECT_EQ(gcc::predict(c, n, 4, p).value().total_s, off);  // overlap 0: nothing hidden
+  p.link.overlap = 1;
+  const gcc::prediction on = gcc::predict(c, n, 4, p).value();
+  EXPECT_GT(on.hidden_s, 0);
+  EXPECT_LT(on.total_s, off);
+  EXPECT_GE(on.total_s, std::max(on.compute_s, on.transfer_s) - 1e-12);
+}
+
+// A collective after idle time sends its first burst bytes at once; computation refills the
+// allowance at the link's rate.
+TEST(CostModel, ABurstAllowanceIsSpentFirstAndRefilledByComputation) {
+  gcc::cost_profile p = hand_profile({spec("minmax")}, 1e8, 0);
+  gcc::candidate c{false, spec("minmax"), gcc::strategy::allgather, false, 0, true};
+  const std::uint64_t n = 1 << 20;
+  const gcc::prediction plain = gcc::predict(c, n, 2, p).value();
+  ASSERT_GT(plain.transfer_s, 0);
+  p.link.burst_bytes = 1e9;  // more than the frame: the one exchange waits for nothing
+  const double check = gcc::ring_allreduce_seconds(p.link, 2, 64);  // the configuration check
+  EXPECT_DOUBLE_EQ(gcc::predict(c, n, 2, p).value().transfer_s, check);
+  // Four segments: the first is free, the others only as far as the encode between
+  // them (about 1 ms at 1 ns per element, 0.1 MB at this rate) refilled the allowance.
+  c.segment_elements = n / 4;
+  const double segmented = gcc::predict(c, n, 2, p).value().transfer_s;
+  p.link.burst_bytes = 0;
+  const double none = gcc::predict(c, n, 2, p).value().transfer_s;
+  EXPECT_GT(segmented, 0);
+  EXPECT_LT(segmented, none * 0.75);
+  EXPECT_EQ(gcc::predict(c, n, 2, p).value().wire_bytes,
+            gcc::predict(c, n, 2,
+                         [&] {
+                           gcc::cost_profile q = p;
+                           q.link.burst_bytes = 1e9;
+                           return q;
+                         }())
+                .value()
+                .wire_bytes);  // the bytes do not change, only when they wait
+}
+
+TEST(CostModel, RefusesWhatItCannotPredict) {
+  const gcc::cost_profile p = hand_profile({spec("minmax")}, 1e9);
+  auto missing =
+      gcc::predict({false, spec("topk"), gcc::strategy::two_phase, false, 0, true}, 100, 2, p);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(std::string(missing.error().message()).find("topk"), std::string::npos);
+  auto unsupported =
+      gcc::predict({false, spec("minmax"), gcc::strategy::dense, false, 0, true}, 100, 2, p);
+  ASSERT_FALSE(unsupported.ok());
+  EXPECT_EQ(unsupported.error().code(), status_code::invalid_argument);
+  EXPECT_FALSE(gcc::predict({}, 100, 0, p).ok());
+}
+
+TEST(Plan, CompressesOnASlowLinkAndStaysDenseOnAFastOne) {
+  gcc::plan_request req;
+  req.elements = 1 << 22;
+  req.ranks = 4;
+  req.accept = {spec("minmax:bits=4"), spec("topk")};
+  const std::vector<gc::codec_spec> specs{spec("minmax:bits=4"), spec("topk"), spec("bf16")};
+
+  auto slow = gcc::plan(req, hand_profile(specs, 12.5e6));  // 100 Mbit/s
+  ASSERT_TRUE(slow.ok()) << slow.error().message();
+  EXPECT_FALSE(slow.value().choice().config.uncompressed);
+  EXPECT_NE(slow.value().choice().config.spec.id, gc::codec_id::bf16);
+  EXPECT_EQ(slow.value().chosen, 0u);
+
+  auto fast = gcc::plan(req, hand_profile(specs, 1e12));  // a link faster than any encode
+  ASSERT_TRUE(fast.ok());
+  const gcc::candidate& c = fast.value().choice().config;
+  EXPECT_TRUE(c.uncompressed || c.spec.id == gc::codec_id::bf16) << gcc::describe(c);
+  EXPECT_NE(fast.value().reason.find("dense"), std::string::npos) << fast.value().reason;
+
+  // Every row is sorted, and the configuration of the choice is what was chosen.
+  for (std::size_t i = 1; i < slow.value().rows.size(); ++i)
+    EXPECT_LE(slow.value().rows[i - 1].predicted.total_s, slow.value().rows[i].predicted.total_s);
+  const gcc::allreduce_config cfg = slow.value().config();
+  EXPECT_EQ(cfg.spec, slow.value().choice().config.spec);
+  EXPECT_EQ(cfg.how, slow.value().choice().config.how);
+}
+
+TEST(Plan, TheMarginKeepsDenseWhenCompressionBarelyWins) {
+  gcc::plan_request req;
+  req.elements = 1 << 20;
+  req.ranks = 2;
+  req.accept = {spec("minmax:bits=4")};
+  req.margin = 0;
+  const gcc::cost_profile p = hand_profile({spec("minmax:bits=4"), spec("bf16")}, 2e8);
+  auto free = gcc::plan(req, p).value();
+  const gcc::plan_row& fastest = free.rows.front();
+  const gcc::plan_row& dense = free.rows[free.best_dense];
+  ASSERT_EQ(fastest.config.spec.id, gc::codec_id::minmax) << free.reason;
+  const double gain = 1 - fastest.predicted.total_s / dense.predicted.total_s;
+  ASSERT_GT(gain, 0);
+  req.margin = std::min(0.99, gain * 1.01);
+  auto guarded = gcc::plan(req, p).value();
+  EXPECT_EQ(guarded.chosen, guarded.best_dense);
+  EXPECT_NE(guarded.reason.find("does not pay"), std::string::npos) << guarded.reason;
+  req.margin = gain * 0.99;
+  EXPECT_EQ(gcc::plan(req, p).value().chosen, 0u);
+}
+
+// Every configuration the planner can emit is one allreduce accepts and runs.
+TEST(Plan, EveryCandidateRuns) {
+  gcc::plan_request req;
+  req.elements = 3000;
+  req.ranks = 2;
+  req.accept = every_codec();
+  req.segments = {0, 1024};
+  auto planned = gcc::plan(req, hand_profile(req.accept, 1e9));
+  ASSERT_TRUE(planned.ok()) << planned.error().message();
+  for (std::size_t i = 0; i < planned.value().rows.size(); ++i) {
+    gcc::plan_result one = planned.value();
+    one.chosen = i;
+    gcc::allreduce_config cfg = one.config();
+    cfg.where = gc::backend::reference;
+    SCOPED_TRACE(gcc::describe(one.choice().config));
+    auto st = gcc::run_threads(2, [&](gcc::communicator& comm) -> status {
+      std::vector<float> g = make_grad(req.elements, comm.rank(), 0, 1.0f), out(req.elements);
+      gcc::allreduce_state state;
+      gcc::workspace ws;
+      return gcc::allreduce(comm, cfg, {1, 0, 0}, gc::view(g), gc::view(out), state, ws);
+    });
+    EXPECT_TRUE(all_ok(st)) << messages(st);
+  }
+}
+
+TEST(Plan, RefusesBadRequests) {
+  gcc::plan_request req;
+  req.elements = 100;
+  req.ranks = 0;
+  EXPECT_FALSE(gcc::plan(req, hand_profile({spec("bf16")}, 1e9)).ok());
+  req.ranks = 2;
+  req.margin = 1;
+  EXPECT_FALSE(gcc::plan(req, hand_profile({spec("bf16")}, 1e9)).ok());
+  req.margin = 0.05;
+  auto no_bf16 = gcc::plan(req, hand_profile({}, 1e9));
+  ASSERT_FALSE(no_bf16.ok());
+  EXPECT_NE(std::string(no_bf16.error().message()).find("bf16"), std::string::npos);
+}
+
+//! The profile's numbers as bits, for exact comparisons.
+std::string fingerprint(const gcc::cost_profile& p) { return gcc::profile_to_json(p); }
+
+// Ranks whose measurements differ hold the same profile after the agreement (each number's
+// median over the ranks), and so make the same plan.
+TEST(Plan, IsTheSameOnEveryRankAfterTheAgreement) {
+  constexpr int world = 3;
+  std::vector<std::string> profiles(world), plans(world);
+  std::vector<gcc::cost_profile> agreed(world);
+  auto st = gcc::run_threads(world, [&](gcc::communicator& comm) -> status {
+    const int r = comm.rank();
+    gcc::cost_profile p = hand_profile({spec("minmax:bits=4"), spec("topk"), spec("bf16")},
+                                       1e8 * (1 + 0.1 * r), 40e-6 * (3 - r));
+    for (gcc::codec_costs& c : p.compute.codecs) c.encode.per_element_s *= 1 + 0.3 * r;
+    p.link.overlap = 0.2 + 0.1 * r;
+    p.link.burst_bytes = 1000.0 * (r + 1);
+    if (status s = gcc::agree_profile(comm, p); !s.ok()) return s;
+    gcc::plan_request req;
+    req.elements = 1 << 22;
+    req.ranks = world;
+    req.accept = {spec("minmax:bits=4"), spec("topk")};
+    auto planned = gcc::plan(req, p);
+    if (!planned.ok()) return planned.error();
+    std::string digest;
+    for (const gcc::plan_row& row : planned.value().rows)
+      digest += gcc::describe(row.config) + "=" +
+                std::to_string(std::bit_cast<std::uint64_t>(row.predicted.total_s)) + ";";
+    profiles[static_cast<std::size_t>(r)] = fingerprint(p);
+    plans[static_cast<std::size_t>(r)] = digest + planned.value().reason;
+    agreed[static_cast<std::size_t>(r)] = p;
+    return {};
+  });
+  ASSERT_TRUE(all_ok(st)) << messages(st);
+  for (int r = 1; r < world; ++r) {
+    EXPECT_EQ(profiles[0], profiles[static_cast<std::size_t>(r)]);
+    EXPECT_EQ(plans[0], plans[static_cast<std::size_t>(r)]);
+  }
+  const gcc::cost_profile& p = agreed[0];
+  EXPECT_EQ(p.ranks, world);
+  // Rank r measured 1 + 0.1 r, 3 - r, 0.2 + 0.1 r, ...: the medians are rank 1's values.
+  EXPECT_DOUBLE_EQ(p.link.allgather.bytes_per_s, 1e8 * 1.1);
+  EXPECT_DOUBLE_EQ(p.link.allgather.step_latency_s, 80e-6);
+  EXPECT_DOUBLE_EQ(p.link.overlap, 0.2 + 0.1);
+  EXPECT_DOUBLE_EQ(p.link.burst_bytes, 2000.0);
+  EXPECT_DOUBLE_EQ(p.compute.codecs[0].encode.per_element_s, 1e-9 * 1.3);
+}
+
+TEST(Calibrate, DifferentCodecListsFailOnEveryRank) {
+  auto st = gcc::run_threads(2, [&](gcc::communicator& comm) -> status {
+    gcc::cost_profile p =
+        hand_profile({comm.rank() == 0 ? spec("minmax") : spec("topk"), spec("bf16")}, 1e9);
+    return gcc::agree_profile(comm, p);
+  });
+  for (const status& s : st) EXPECT_EQ(s.code(), status_code::comm_error) << s.message();
+}
+
+TEST(Calibrate, ProfileJsonReadsBackExactly) {
+  gcc::cost_profile p = hand_profile(every_codec(), 1.0 / 3.0 * 1e8, 1.0 / 7.0 * 1e-4);
+  p.ranks = 4;
+  p.link.overlap = 0.123456789012345678;
+  p.link.burst_bytes = 250000;
+  p.compute.codecs[0].frame_bytes_per_element = 0.1;
+  const std::string text = gcc::profile_to_json(p);
+  auto back = gcc::profile_from_json(text);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_EQ(gcc::profile_to_json(back.value()), text);
+  EXPECT_EQ(back.value().link.overlap, p.link.overlap);
+  EXPECT_EQ(back.value().link.allgather.bytes_per_s, p.link.allgather.bytes_per_s);
+  ASSERT_EQ(back.value().compute.codecs.size(), p.compute.codecs.size());
+  EXPECT_EQ(back.value().compute.codecs[0].spec, p.compute.codecs[0].spec);
+
+  struct bad {
+    std::string text;
+    const char* names;
+  };
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  const std::vector<bad> cases{
+      {replace("gradcodec-cost-profile", "something-else"), "format"},
+      {replace("\"version\": 1", "\"version\": 2"), "version"},
+      {replace("\"overlap\"", "\"overlapp\""), "link.overlap"},
+      {replace("\"fixed_s\": 1", "\"fixed_s\": -1"), "fixed_s"},
+      {replace("\"spec\": \"topk", "\"spec\": \"nosuchcodec"), "codecs[0].spec"},
+      {text.substr(0, text.size() / 2), "offset"},
+      {text + "x", "trailing"},
+  };
+  for (const bad& b : cases) {
+    auto r = gcc::profile_from_json(b.text);
+    ASSERT_FALSE(r.ok()) << b.names;
+    EXPECT_EQ(r.error().code(), status_code::invalid_argument);
+    EXPECT_NE(std::string(r.error().message()).find(b.names), std::string::npos)
+        << r.error().message();
+  }
+}
+
+// A calibration over two thread ranks: every codec measured, bf16 added, the link fitted,
+// and both ranks holding the same profile. (Its values are timings, checked only for being
+// usable: positive and finite.)
+TEST(Calibrate, MeasuresEveryCodecAndTheLinkTheSameOnEveryRank) {
+  gcc::calibrate_options opt;
+  opt.specs = {spec("minmax:bits=4"), spec("topk"), spec("threshold:tau=0.001"),
+               spec("powersgd:rank=2")};
+  opt.small_elements = 1024;
+  opt.large_elements = 16384;
+  opt.seconds_per_point = 0.001;
+  opt.small_bytes = 256;
+  opt.large_bytes = 65536;
+  opt.link_repeats = 2;
+  std::vector<std::string> json(2);
+  std::vector<gcc::cost_profile> got(2);
+  auto st = gcc::run_threads(2, [&](gcc::communicator& comm) -> status {
+    auto p = gcc::calibrate(comm, opt);
+    if (!p.ok()) return p.error();
+    json[static_cast<std::size_t>(comm.rank())] = gcc::profile_to_json(p.value());
+    got[static_cast<std::size_t>(comm.rank())] = p.value();
+    return {};
+  });
+  ASSERT_TRUE(all_ok(st)) << messages(st);
+  EXPECT_EQ(json[0], json[1]);
+  const gcc::cost_profile& p = got[0];
+  EXPECT_EQ(p.ranks, 2);
+  ASSERT_EQ(p.compute.codecs.size(), 5u);
+  EXPECT_EQ(p.compute.codecs.back().spec, spec("bf16"));
+  for (const gcc::codec_costs& c : p.compute.codecs) {
+    SCOPED_TRACE(gc::to_string(c.spec));
+    for (const gcc::op_cost* o :
+         {&c.encode, &c.encode_with_feedback, &c.decode, &c.decode_accumulate}) {
+      EXPECT_TRUE(std::isfinite(o->at(opt.large_elements)));
+      EXPECT_GT(o->at(opt.large_elements), 0);
+    }
+  }
+  EXPECT_GT(p.compute.codecs[2].frame_bytes_per_element, 0);  // threshold's frames measured
+  EXPECT_EQ(p.compute.codecs[0].frame_bytes_per_element, 0);
+  for (const gcc::collective_cost* c : {&p.link.allgather, &p.link.alltoall, &p.link.allreduce}) {
+    EXPECT_GT(c->bytes_per_s, 0);
+    EXPECT_TRUE(std::isfinite(c->bytes_per_s));
+    EXPECT_GE(c->step_latency_s, 0);
+  }
+  EXPECT_GE(p.link.overlap, 0);
+  EXPECT_LE(p.link.overlap, 1);
+  EXPECT_GE(p.link.burst_bytes, 0);
+  // The measured profile plans.
+  gcc::plan_request req;
+  req.elements = 1 << 20;
+  req.ranks = 2;
+  req.accept = opt.specs;
+  EXPECT_TRUE(gcc::plan(req, p).ok());
+}
+
+}  // namespace
