@@ -29,6 +29,7 @@
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/comm/allreduce.hpp"
 #include "gradcodec/comm/mpi.hpp"
+#include "mpi_session.hpp"
 #include "recording_communicator.hpp"
 #include "text.hpp"
 
@@ -123,27 +124,6 @@ options parse_options(const parsed_args& args) {
   o.json = args.get("json");
   return o;
 }
-
-//! MPI_Init for the run (unless the process already did), MPI_Finalize at the end.
-class mpi_session {
- public:
-  mpi_session() {
-    int done = 0;
-    MPI_Initialized(&done);
-    if (done == 0) {
-      if (MPI_Init(nullptr, nullptr) != MPI_SUCCESS) fail("bench --allreduce: MPI_Init failed");
-      owned_ = true;
-    }
-  }
-  ~mpi_session() {
-    if (owned_) MPI_Finalize();
-  }
-  mpi_session(const mpi_session&) = delete;
-  mpi_session& operator=(const mpi_session&) = delete;
-
- private:
-  bool owned_ = false;
-};
 
 //! The tensors PowerSGD factorises: a model-shaped layout of n elements. d = the largest
 //! power of two in [16, 1024] with 16 d^2 <= n; L = max(1, floor(0.75 n / 12 d^2))
@@ -612,7 +592,7 @@ void allreduce_bench::write_json(const std::string& path) const {
 
 int run_bench_allreduce(const parsed_args& args) {
   const options o = parse_options(args);
-  mpi_session session;
+  mpi_session session("bench --allreduce");
   std::unique_ptr<comm::mpi_communicator> mpi;
   if (auto st = comm::mpi_communicator::create(MPI_COMM_WORLD, mpi); !st.ok())
     fail(describe("bench --allreduce", st));

@@ -19,6 +19,8 @@ extern const command_spec inspect_spec;
 extern const command_spec eval_spec;
 extern const command_spec list_spec;
 extern const command_spec bench_spec;
+extern const command_spec plan_spec;
+extern const command_spec calibrate_spec;
 
 int run_encode(const parsed_args& args);
 int run_decode(const parsed_args& args);
@@ -26,5 +28,7 @@ int run_inspect(const parsed_args& args);
 int run_eval(const parsed_args& args);
 int run_list(const parsed_args& args);
 int run_bench(const parsed_args& args);
+int run_plan(const parsed_args& args);
+int run_calibrate(const parsed_args& args);
 
 }  // namespace gradcodec::tool

@@ -16,13 +16,15 @@
 namespace gradcodec::tool {
 namespace {
 
-constexpr std::array<command, 6> commands{{
+constexpr std::array<command, 8> commands{{
     {encode_spec, run_encode},
     {decode_spec, run_decode},
     {inspect_spec, run_inspect},
     {eval_spec, run_eval},
     {list_spec, run_list},
     {bench_spec, run_bench},
+    {plan_spec, run_plan},
+    {calibrate_spec, run_calibrate},
 }};
 
 std::string main_usage() {
