@@ -219,3 +219,14 @@ class OuterSync:
     exposed_seconds: float
 
 def outer_fragment_due(sync_every: int, fragments: int, step: int) -> int: ...
+
+# The planner (docs/planner.md).
+def calibrate(comm: Communicator, specs: Sequence[Any], threads: int = 1, small: int = 65536,
+              large: int = 4194304, seconds: float = 0.02, link_small: int = 4096,
+              link_large: int = 4194304, repeats: int = 5) -> str: ...
+def measure_codec_costs(specs: Sequence[Any], threads: int = 1, small: int = 65536,
+                        large: int = 4194304, seconds: float = 0.02) -> str: ...
+def plan(profile: str, elements: int, ranks: int, accept: Sequence[Any],
+         segments: Sequence[int] = (0,), margin: float = 0.05, try_pipelining: bool = False,
+         transport_allreduce: bool = False,
+         error_feedback: Optional[bool] = None) -> Dict[str, Any]: ...

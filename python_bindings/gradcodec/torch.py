@@ -52,6 +52,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 import torch.distributed as dist
 
+from . import _auto
 from . import _gradcodec as _gc
 from . import _hook_plan as _plan
 from ._errors import Error
@@ -103,6 +104,14 @@ def _check_strategy(codec: _gc.Codec, strategy: str) -> None:
         raise ValueError(f"strategy {strategy!r} does not apply to codec {codec.name!r}")
 
 
+def _strategy_allowed(codec: _gc.Codec, strategy: str) -> bool:
+    try:
+        _check_strategy(codec, strategy)
+    except ValueError:
+        return False
+    return True
+
+
 def _backend_of(pg: Optional[Any], device_type: str) -> str:
     """The collective backend that serves tensors of a device type: "nccl", "gloo", ...
     (a group made with e.g. backend="cpu:gloo,cuda:nccl" names one per device type)."""
@@ -152,7 +161,16 @@ class HookState:
     """State of the gradcodec DDP communication hook (pass it to register_comm_hook).
 
     Args:
-        spec: codec spec string or gradcodec.Codec (docs/codecs.md), the same on all ranks.
+        spec: codec spec string or gradcodec.Codec (docs/codecs.md), the same on all ranks;
+            or "auto": per bucket, the configuration the planner predicts fastest among
+            ``candidates`` and dense (docs/planner.md). The first hook call then calibrates
+            over the process group (collective, a few seconds) unless ``profile`` is given.
+        candidates: with spec="auto", the codecs you accept for fidelity (spec strings or
+            Codecs; default ``gradcodec._auto.DEFAULT_CANDIDATES``). The float32 mean and
+            bf16 are always candidates.
+        profile: with spec="auto", a profile from ``gradcodec calibrate`` (a path, its JSON
+            text or a dict) instead of calibrating.
+        margin: with spec="auto", how much faster a codec must be predicted than dense.
         process_group: the group to reduce over (None: the default group).
         error_feedback: None (default): on when the codec's bounds keep the residual
             bounded (``Codec.bounds().feedback_safe``), else off; True/False force it
@@ -197,7 +215,24 @@ class HookState:
         momentum: float = 0.0,
         nonfinite: str = "raise",
         threads: Optional[int] = None,
+        candidates: Optional[List[Any]] = None,
+        profile: Optional[Any] = None,
+        margin: float = 0.05,
     ) -> None:
+        self._auto: Optional[_auto.Planner] = None
+        self._options = dict(process_group=process_group, error_feedback=error_feedback,
+                             seed=seed, backend=backend, min_numel=min_numel,
+                             nonfinite=nonfinite, threads=threads, momentum=momentum)
+        if isinstance(spec, str) and spec == "auto":
+            if strategy is not None or per_tensor is not None or warmup_steps:
+                raise ValueError("spec='auto' chooses the strategy per bucket: strategy, "
+                                 "per_tensor and warm-up do not apply")
+            self._auto = _auto.Planner(candidates or _auto.DEFAULT_CANDIDATES, margin,
+                                       profile, threads or 1)
+            self._subs: Dict[Tuple[str, str], "HookState"] = {}
+            spec = "bf16"  # what the settings below describe until a bucket is planned
+        elif candidates is not None or profile is not None:
+            raise ValueError("candidates and profile apply to spec='auto' only")
         self.codec = spec if isinstance(spec, _gc.Codec) else _gc.Codec(spec)
         self.process_group = process_group
         self.bounds = self.codec.bounds()
@@ -235,6 +270,48 @@ class HookState:
         self.skipped = 0  # buckets not reduced because a gradient was not finite
         self._buckets: Dict[int, _Bucket] = {}
         self._specs: Dict[float, _gc.Codec] = {}
+        self._always_dense = False  # the auto state's "uncompressed" choice
+
+    # --- spec="auto" -------------------------------------------------------------------
+
+    def plan_report(self) -> List[Dict[str, Any]]:
+        """With spec="auto": per planned bucket, what was chosen and why (the predicted
+        time, the planner's reason, the next alternatives)."""
+        if self._auto is None:
+            raise ValueError("plan_report() is for HookState(spec='auto')")
+        return self._auto.report()
+
+    def _sub_state(self, key: Tuple[str, str]) -> "HookState":
+        sub = self._subs.get(key)
+        if sub is None:
+            spec, strategy = key
+            if strategy == "uncompressed":
+                sub = HookState("bf16", **self._options)
+                sub._always_dense = True
+            else:
+                sub = HookState(spec, strategy=strategy, **self._options)
+            self._subs[key] = sub
+        return sub
+
+    def _run_auto(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        world = dist.get_world_size(self.process_group)
+        self._auto.calibrate(self.process_group)
+        plan = self._auto.choose(int(bucket.index()), bucket.buffer().numel(), world,
+                                 _strategy_allowed)
+        sub = self._sub_state((plan["row"]["spec"], plan["strategy"]))
+        sub.step = self.step
+        if bucket.is_last():
+            self.step += 1
+        fut = sub._run(bucket)
+
+        def count(f: torch.futures.Future) -> torch.Tensor:
+            subs = self._subs.values()
+            self.bytes_sent = sum(s.bytes_sent for s in subs)
+            self.dense_bytes = sum(s.dense_bytes for s in subs)
+            self.skipped = sum(s.skipped for s in subs)
+            return f.value()
+
+        return fut.then(count)
 
     # --- checkpointing ---------------------------------------------------------------
 
@@ -242,7 +319,15 @@ class HookState:
 
     def state_dict(self) -> Dict[str, Any]:
         """Residuals, momentum, PowerSGD Q and M, the step counter and the settings.
-        Residuals and momentum are per rank: every rank saves and loads its own."""
+        Residuals and momentum are per rank: every rank saves and loads its own. With
+        spec="auto": the profile, the plans and each chosen configuration's state."""
+        if self._auto is not None:
+            return {
+                "version": _STATE_VERSION, "spec": "auto", "step": self.step,
+                "profile": self._auto.profile,
+                "plans": [(k, p) for k, p in self._auto.plans.items()],
+                "subs": [(k, sub.state_dict()) for k, sub in self._subs.items()],
+            }
         buckets = {}
         for index, b in self._buckets.items():
             entry: Dict[str, Any] = {"layout": b.layout}
@@ -270,6 +355,17 @@ class HookState:
         afresh."""
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"unsupported HookState version {state.get('version')!r}")
+        if (self._auto is not None) != (state.get("spec") == "auto"):
+            raise ValueError(f"saved hook state has spec={state.get('spec')!r}, this one "
+                             f"{'auto' if self._auto is not None else self.codec.spec!r}")
+        if self._auto is not None:
+            self.step = int(state["step"])
+            self._auto.profile = state["profile"]
+            self._auto.plans = {tuple(k): p for k, p in state["plans"]}
+            self._subs = {}
+            for key, sub_state in state["subs"]:
+                self._sub_state(tuple(key)).load_state_dict(sub_state)
+            return
         for key, mine in (("spec", self.codec.spec), ("seed", self.seed),
                           ("strategy", self.strategy), ("momentum", self.momentum)):
             if state[key] != mine:
@@ -317,6 +413,8 @@ class HookState:
 
     def _codec_at(self, step: int) -> Tuple[_gc.Codec, bool]:
         """The codec of this step and whether the step runs dense (warm-up)."""
+        if self._always_dense:
+            return self.codec, True
         if step >= self.warmup_steps:
             return self.codec, False
         if self.warmup == "dense" or self.codec.name not in ("topk", "dgc", "randomk") or \
@@ -331,6 +429,8 @@ class HookState:
         return codec, False
 
     def _run(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        if self._auto is not None:
+            return self._run_auto(bucket)
         buf = bucket.buffer()
         if buf.dtype not in _DTYPES:
             raise TypeError(f"gradcodec hooks take float32/float16/bfloat16 gradients, "

@@ -135,5 +135,7 @@ void register_codec(nb::module_& m);
 void register_powersgd(nb::module_& m);
 void register_expected(nb::module_& m);
 void register_outer(nb::module_& m);
+void register_communicator(nb::module_& m);
+void register_plan(nb::module_& m);
 
 }  // namespace gradcodec::python

@@ -9,5 +9,7 @@ NB_MODULE(_gradcodec, m) {
   gradcodec::python::register_codec(m);
   gradcodec::python::register_powersgd(m);
   gradcodec::python::register_expected(m);
+  gradcodec::python::register_communicator(m);
   gradcodec::python::register_outer(m);
+  gradcodec::python::register_plan(m);
 }

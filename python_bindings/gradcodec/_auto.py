@@ -1,0 +1,111 @@
+# SPDX-License-Identifier: Apache-2.0
+"""HookState(spec="auto"): each bucket runs the configuration the planner predicts fastest
+(docs/planner.md) among the codecs the user accepts, dense always a candidate.
+
+The profile comes from the library's calibration run over the process group (every rank
+at once, every value the slowest rank's), or from a file of ``gradcodec calibrate``; the
+plan is a function of (profile, bucket size, world size) only, so every rank chooses the
+same. Each distinct choice runs in a HookState of its own (its residuals, its counters),
+which the auto state drives."""
+
+import json
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from . import _gradcodec as _gc
+
+# The codecs that kept the convergence suite's targets in both tasks (docs/python.md,
+# "Convergence"); a user passes their own list with candidates=[...].
+DEFAULT_CANDIDATES = ("minmax:bits=4", "qsgd", "onebit", "sign:scale=mean", "powersgd:rank=4")
+
+# The library's strategy names and the hook's.
+_HOOK_STRATEGY = {"allgather": "allgather", "two_phase": "two_phase", "dense": "dense",
+                  "majority_vote": "vote"}
+
+
+def load_profile(profile: Any) -> str:
+    """A profile as JSON text: a dict, a JSON string, or a path to a calibrate file."""
+    if isinstance(profile, dict):
+        return json.dumps(profile)
+    text = str(profile)
+    if text.lstrip().startswith("{"):
+        return text
+    with open(text, encoding="utf-8") as f:
+        return f.read()
+
+
+def hook_strategy(row: Dict[str, Any], allowed) -> Optional[str]:
+    """The hook's strategy for a planned row, or None when the hook cannot run it;
+    "uncompressed" for the float32 mean. `allowed(codec, strategy)` is the hook's check."""
+    if row["uncompressed"]:
+        return "uncompressed"
+    codec = _gc.Codec(row["spec"])
+    if codec.name == "powersgd" and row["strategy"] == "dense":
+        name = "powersgd"
+    else:
+        name = _HOOK_STRATEGY.get(row["strategy"])
+    if name is None or row["pipeline"] or row["segment"] != 0 or not allowed(codec, name):
+        return None
+    return name
+
+
+class Planner:
+    """The plans of one HookState(spec="auto"): one per (bucket index, element count)."""
+
+    def __init__(self, candidates: Sequence[Any], margin: float, profile: Optional[Any],
+                 threads: int) -> None:
+        self.candidates: List[_gc.Codec] = [
+            c if isinstance(c, _gc.Codec) else _gc.Codec(c) for c in candidates]
+        if not 0.0 <= float(margin) < 1.0:
+            raise ValueError("margin must be in [0, 1)")
+        self.margin = float(margin)
+        self.threads = int(threads)
+        self.profile: Optional[str] = None if profile is None else load_profile(profile)
+        self.plans: Dict[Tuple[int, int], Dict[str, Any]] = {}
+
+    def calibrate(self, process_group: Optional[Any]) -> None:
+        """Collective over the group: measures the profile (once)."""
+        if self.profile is not None:
+            return
+        from ._torch_transport import TorchTransport
+        comm = _gc.Communicator.from_transport(TorchTransport(process_group))
+        self.profile = _gc.calibrate(comm, [c.spec for c in self.candidates],
+                                         threads=self.threads)
+
+    def choose(self, index: int, numel: int, world: int, allowed) -> Dict[str, Any]:
+        """The plan of a bucket: the chosen row, the hook's strategy for it, the reason."""
+        key = (index, numel)
+        if key in self.plans:
+            return self.plans[key]
+        planned = _gc.plan(self.profile, numel, world, [c.spec for c in self.candidates],
+                               segments=[0], margin=self.margin, try_pipelining=False,
+                               transport_allreduce=True)
+        rows = planned["rows"]
+        runnable = [(r, hook_strategy(r, allowed)) for r in rows]
+        runnable = [(r, s) for r, s in runnable if s is not None]
+        dense = [(r, s) for r, s in runnable if s == "uncompressed" or
+                 (r["spec"].startswith("bf16") and s == "dense")]
+        row, strategy = runnable[0]
+        reason = planned["reason"]
+        if rows[planned["chosen"]] is not row:
+            best_dense = dense[0][0]
+            if (row, strategy) not in dense and \
+                    row["total_s"] > (1 - self.margin) * best_dense["total_s"]:
+                row, strategy = dense[0]
+            reason = (f"{row['candidate']}: the fastest the hook runs "
+                      f"({row['total_s'] * 1e3:.3g} ms predicted)")
+        plan = {"bucket": index, "elements": numel, "row": row, "strategy": strategy,
+                "reason": reason, "alternatives": [r for r, _ in runnable[:4]]}
+        self.plans[key] = plan
+        return plan
+
+    def report(self) -> List[Dict[str, Any]]:
+        out = []
+        for (index, numel), p in sorted(self.plans.items()):
+            out.append({
+                "bucket": index, "elements": numel,
+                "chosen": p["row"]["candidate"], "strategy": p["strategy"],
+                "spec": p["row"]["spec"] or None,
+                "predicted_s": p["row"]["total_s"], "reason": p["reason"],
+                "alternatives": [(r["candidate"], r["total_s"]) for r in p["alternatives"]],
+            })
+        return out

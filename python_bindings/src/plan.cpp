@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! The planner from Python (gradcodec/comm/plan.hpp, calibrate.hpp): calibrate over a
+//! Communicator, the codec costs of this process alone, and plan() on a profile given as
+//! its JSON text. gradcodec.torch's HookState(spec="auto") is built on these.
+#include <string>
+#include <vector>
+
+#include "common.hpp"
+#include "communicator.hpp"
+#include "gradcodec/comm/calibrate.hpp"
+#include "gradcodec/comm/plan.hpp"
+
+namespace gradcodec::python {
+
+namespace {
+
+gcc::calibrate_options options(const std::vector<nb::object>& specs, int threads,
+                               std::uint64_t small, std::uint64_t large, double seconds,
+                               std::uint64_t link_small, std::uint64_t link_large, int repeats) {
+  gcc::calibrate_options opt;
+  for (const nb::object& s : specs) opt.specs.push_back(spec_arg(s));
+  opt.threads = threads;
+  opt.small_elements = small;
+  opt.large_elements = large;
+  opt.seconds_per_point = seconds;
+  opt.small_bytes = link_small;
+  opt.large_bytes = link_large;
+  opt.link_repeats = repeats;
+  return opt;
+}
+
+nb::dict row_dict(const gcc::plan_row& r) {
+  const gcc::candidate& c = r.config;
+  nb::dict d;
+  d["candidate"] = gcc::describe(c);
+  d["uncompressed"] = c.uncompressed;
+  d["spec"] = c.uncompressed ? std::string() : to_string(c.spec);
+  d["strategy"] = c.uncompressed ? std::string() : std::string(gcc::strategy_name(c.how));
+  d["segment"] = c.segment_elements;
+  d["pipeline"] = c.pipeline;
+  d["error_feedback"] = c.error_feedback;
+  d["total_s"] = r.predicted.total_s;
+  d["compute_s"] = r.predicted.compute_s;
+  d["transfer_s"] = r.predicted.transfer_s;
+  d["hidden_s"] = r.predicted.hidden_s;
+  d["wire_bytes"] = r.predicted.wire_bytes;
+  return d;
+}
+
+}  // namespace
+
+void register_plan(nb::module_& m) {
+  m.def(
+      "calibrate",
+      [](communicator_handle& c, const std::vector<nb::object>& specs, int threads,
+         std::uint64_t small, std::uint64_t large, double seconds, std::uint64_t link_small,
+         std::uint64_t link_large, int repeats) {
+        const gcc::calibrate_options opt =
+            options(specs, threads, small, large, seconds, link_small, link_large, repeats);
+        gcc::cost_profile p;
+        check(without_gil([&]() -> status {
+          auto r = gcc::calibrate(*c.comm, opt);
+          if (!r.ok()) return r.error();
+          p = std::move(r.value());
+          return {};
+        }));
+        return gcc::profile_to_json(p);
+      },
+      nb::arg("comm"), nb::arg("specs"), nb::arg("threads") = 1,
+      nb::arg("small") = std::uint64_t{1} << 16, nb::arg("large") = std::uint64_t{1} << 22,
+      nb::arg("seconds") = 0.02, nb::arg("link_small") = 4096,
+      nb::arg("link_large") = std::uint64_t{1} << 22, nb::arg("repeats") = 5,
+      "Collective: the cost profile (docs/planner.md) of every rank of `comm`, agreed (the "
+      "slowest rank's), as its JSON text. bf16 is always measured.");
+  m.def(
+      "measure_codec_costs",
+      [](const std::vector<nb::object>& specs, int threads, std::uint64_t small,
+         std::uint64_t large, double seconds) {
+        const gcc::calibrate_options opt =
+            options(specs, threads, small, large, seconds, 4096, std::uint64_t{1} << 22, 1);
+        gcc::cost_profile p;
+        check(without_gil([&]() -> status {
+          auto r = gcc::measure_compute(opt);
+          if (!r.ok()) return r.error();
+          p.compute = std::move(r.value());
+          return {};
+        }));
+        return gcc::profile_to_json(p);
+      },
+      nb::arg("specs"), nb::arg("threads") = 1, nb::arg("small") = std::uint64_t{1} << 16,
+      nb::arg("large") = std::uint64_t{1} << 22, nb::arg("seconds") = 0.02,
+      "This process alone: a profile JSON with the codec costs and the default link.");
+  m.def(
+      "plan",
+      [](const std::string& profile_json, std::uint64_t elements, int ranks,
+         const std::vector<nb::object>& accept, const std::vector<std::uint64_t>& segments,
+         double margin, bool try_pipelining, bool transport_allreduce,
+         std::optional<bool> error_feedback) {
+        const gcc::cost_profile profile = unwrap(gcc::profile_from_json(profile_json));
+        gcc::plan_request req;
+        req.elements = elements;
+        req.ranks = ranks;
+        for (const nb::object& s : accept) req.accept.push_back(spec_arg(s));
+        req.segments = segments;
+        req.margin = margin;
+        req.try_pipelining = try_pipelining;
+        req.transport_allreduce = transport_allreduce;
+        req.error_feedback = error_feedback;
+        const gcc::plan_result r = unwrap(gcc::plan(req, profile));
+        nb::list rows;
+        for (const gcc::plan_row& row : r.rows) rows.append(row_dict(row));
+        nb::dict out;
+        out["rows"] = rows;
+        out["chosen"] = r.chosen;
+        out["best_dense"] = r.best_dense;
+        out["reason"] = r.reason;
+        return out;
+      },
+      nb::arg("profile"), nb::arg("elements"), nb::arg("ranks"), nb::arg("accept"),
+      nb::arg("segments") = std::vector<std::uint64_t>{0}, nb::arg("margin") = 0.05,
+      nb::arg("try_pipelining") = false, nb::arg("transport_allreduce") = false,
+      nb::arg("error_feedback") = nb::none(),
+      "Every candidate predicted (fastest first) and the choice (docs/planner.md): a dict "
+      "with rows, chosen, best_dense and reason.");
+}
+
+}  // namespace gradcodec::python
