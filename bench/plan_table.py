@@ -33,7 +33,7 @@ def key(spec, strategy, pipeline):
     return (spec, strategy, bool(pipeline))
 
 
-def cell(tool, bench_path, profile_path, margin):
+def cell(tool, bench_path, profile_path, margin, accept=None):
     bench = json.load(open(bench_path))
     records = bench["records"]
     by_n = {}
@@ -43,7 +43,10 @@ def cell(tool, bench_path, profile_path, margin):
     for n, rows in sorted(by_n.items()):
         codecs = []
         for r in rows:
-            if not r["codec"].startswith("dense_") and r["codec"] not in codecs:
+            name = r["codec"].split(":")[0]
+            if r["codec"].startswith("dense_") or r["codec"] in codecs:
+                continue
+            if accept is None or name in accept or name == "bf16":
                 codecs.append(r["codec"])
         measured = {}
         dense_fp32 = dense_bf16_mpi = None
@@ -86,12 +89,15 @@ def main():
     ap.add_argument("--margin", default="0.05")
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--details", action="store_true", help="print every configuration")
+    ap.add_argument("--accept", help="codec names the planner may choose, separated by ',' "
+                    "(default: every codec the bench measured; bf16 is always a candidate)")
     a = ap.parse_args()
 
     cells = []
     for c in a.cell:
         b, prof = c.rsplit(":", 1)
-        cells.extend(cell(a.tool, b, prof, a.margin))
+        cells.extend(cell(a.tool, b, prof, a.margin,
+                          None if a.accept is None else a.accept.split(",")))
 
     within = total = 0
     good_choice = not_slower = 0

@@ -37,6 +37,11 @@ constexpr std::array calibrate_options_spec{
     option_spec{"link-small", "BYTES", "the smaller block of the link probe (default 4096)"},
     option_spec{"link-large", "BYTES", "the larger block of the link probe (default 2^22)"},
     option_spec{"repeats", "N", "timed calls per collective and size (default 5)"},
+    option_spec{"in-call", "N",
+                "elements of the allreduce calls that measure each codec and strategy in "
+                "place (default 2^22)"},
+    option_spec{"in-call-segment", "N", "their segment length (default 2^20)"},
+    option_spec{"in-call-repeats", "N", "timed calls of each (default 2; 0: none)"},
 };
 
 result<comm::cost_profile> measure(comm::communicator& c, const comm::calibrate_options& opt) {
@@ -50,8 +55,10 @@ const command_spec calibrate_spec{
     "",
     "Measures the cost model's profile (docs/planner.md): encode, encode with feedback,\n"
     "decode and decode-accumulate of every codec at two sizes on every rank at once, and,\n"
-    "under mpirun, allgather, alltoall and allreduce at two block sizes and the overlap of a\n"
-    "transfer with computation. Every value is the slowest rank's, so every rank would plan\n"
+    "under mpirun, allgather, alltoall and allreduce at two block sizes, the burst and the\n"
+    "overlap of a transfer with computation, then every codec and strategy in real calls\n"
+    "(their compute and transfer against the model's). Every value is the slowest rank's, so every "
+    "rank would plan\n"
     "the same. Without mpirun (or without MPI in this build) the link is not measured: give\n"
     "it to gradcodec plan with --bandwidth.",
     "examples:\n"
@@ -75,6 +82,10 @@ int run_calibrate(const parsed_args& args) {
   if (opt.large_bytes <= opt.small_bytes) usage_fail("--link-large must be above --link-small");
   opt.link_repeats = static_cast<int>(args.get_u64("repeats", 5));
   if (opt.link_repeats < 1) usage_fail("--repeats must be at least 1");
+  if (auto s = args.get("in-call")) opt.in_call_elements = parse_size(*s, "--in-call");
+  if (auto s = args.get("in-call-segment"))
+    opt.in_call_segment = parse_size(*s, "--in-call-segment");
+  opt.in_call_repeats = static_cast<int>(args.get_u64("in-call-repeats", 2));
 
   int me = 0, ranks = 1;
   result<comm::cost_profile> profile = status{status_code::internal_error, "not run"};

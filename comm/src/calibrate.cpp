@@ -14,7 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include "gradcodec/bounds.hpp"
 #include "gradcodec/codec.hpp"
+#include "gradcodec/comm/allreduce.hpp"
+#include "gradcodec/comm/plan.hpp"
 #include "internal.hpp"
 
 namespace gradcodec::comm {
@@ -220,7 +223,69 @@ void for_each_number(cost_profile& p, F&& f) {
       f(o->per_element_s);
     }
     f(c.frame_bytes_per_element);
+    for (in_call_factor& k : c.in_call) {
+      f(k.compute);
+      f(k.transfer);
+    }
   }
+}
+
+double ratio(double measured, double predicted) {
+  if (!(predicted > 1e-9)) return 1;  // nothing to scale (no transfer on one rank)
+  return std::clamp(measured / predicted, 0.125, 8.0);
+}
+
+//! The in-call factors of every codec and strategy, on this rank, against `p`.
+status measure_in_call(communicator& comm, const calibrate_options& opt, cost_profile& p) {
+  if (opt.in_call_repeats <= 0 || opt.in_call_elements == 0) return {};
+  const std::uint64_t n = opt.in_call_elements;
+  std::vector<float> grad(n), out(n);
+  fill(grad);
+  // Different data on every rank, as in training (the scale only, so every frame size is
+  // the one of the shared data).
+  const float scale = 1.0f + 0.125f * static_cast<float>(comm.rank());
+  for (float& v : grad) v *= scale;
+  for (codec_costs& c : p.compute.codecs) {
+    c.in_call.clear();
+    for (strategy how :
+         {strategy::allgather, strategy::two_phase, strategy::dense, strategy::majority_vote})
+      for (bool pipe : {false, true}) {
+        if (!supported_strategies(c.spec.id).contains(how)) continue;
+        if (pipe && (c.spec.id == codec_id::powersgd || opt.in_call_segment == 0 ||
+                     opt.in_call_segment >= n))
+          continue;  // nothing to pipeline: predict() uses the sequential factor
+        const candidate cand{
+            false, c.spec, how, pipe, opt.in_call_segment, bounds(c.spec, 0).feedback_safe};
+        allreduce_config cfg = config_of(cand);
+        cfg.threads = opt.threads;
+        const std::uint64_t rows = c.spec.id == codec_id::powersgd ? near_square_rows(n) : 0;
+        allreduce_state state;
+        workspace ws;
+        phase_times timed;
+        for (int i = 0; i <= opt.in_call_repeats; ++i) {
+          if (status s = comm.barrier(); !s.ok()) return s;
+          phase_times t;
+          status s =
+              allreduce(comm, cfg, {0x6361'6c69'6272'6174ULL, static_cast<std::uint64_t>(i), 0},
+                        const_tensor_view{grad.data(), n, dtype::f32, rows},
+                        tensor_view{out.data(), n, dtype::f32, rows}, state, ws, &t);
+          if (!s.ok()) return s;
+          if (i > 0) timed += t;  // the first call is a warm-up
+        }
+        auto predicted = predict_uncorrected(cand, n, comm.size(), p);
+        if (!predicted.ok()) return predicted.error();
+        const double reps = opt.in_call_repeats;
+        const double check = ring_allreduce_seconds(p.link, comm.size(), 64);
+        in_call_factor f;
+        f.how = how;
+        f.pipeline = pipe;
+        f.compute = ratio((timed.encode_s + timed.reduce_s + timed.decode_s) / reps,
+                          predicted.value().compute_s);
+        f.transfer = ratio(timed.comm_s / reps, predicted.value().transfer_s - check);
+        c.in_call.push_back(f);
+      }
+  }
+  return {};
 }
 
 }  // namespace
@@ -386,6 +451,8 @@ result<cost_profile> calibrate(communicator& comm, const calibrate_options& opt)
   p.link = link.value();
   if (status s = agree_profile(comm, p); !s.ok()) return compute.ok() ? s : compute.error();
   if (!compute.ok()) return compute.error();
+  if (status s = measure_in_call(comm, opt, p); !s.ok()) return s;
+  if (status s = agree_profile(comm, p); !s.ok()) return s;
   return p;
 }
 

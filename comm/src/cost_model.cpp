@@ -32,6 +32,12 @@ std::uint64_t detail::near_square_rows(std::uint64_t n) noexcept {
   return std::max<std::uint64_t>(r, 1);
 }
 
+const in_call_factor* codec_costs::factor(strategy how, bool pipeline) const noexcept {
+  for (const in_call_factor& f : in_call)
+    if (f.how == how && f.pipeline == pipeline) return &f;
+  return nullptr;
+}
+
 const codec_costs* compute_profile::find(const codec_spec& spec) const noexcept {
   for (const codec_costs& c : codecs)
     if (c.spec == spec) return &c;
@@ -272,6 +278,24 @@ double ring_allreduce_seconds(const link_profile& l, int ranks, std::uint64_t by
 }
 
 result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const cost_profile& p) {
+  auto out = predict_uncorrected(c, n, ranks, p);
+  if (!out.ok() || c.uncompressed) return out;
+  // A configuration that cannot pipeline (one segment, PowerSGD) runs as the sequential one.
+  const bool pipelined = c.pipeline && c.spec.id != codec_id::powersgd && c.segment_elements != 0 &&
+                         c.segment_elements < n;
+  const in_call_factor* f = p.compute.find(c.spec)->factor(c.how, pipelined);
+  if (f == nullptr) return out;
+  prediction& r = out.value();
+  const double check = ring_allreduce_seconds(p.link, ranks, 64);
+  r.compute_s *= f->compute;
+  r.transfer_s = check + (r.transfer_s - check) * f->transfer;
+  r.hidden_s *= std::min(f->compute, f->transfer);
+  r.total_s = r.compute_s + r.transfer_s - r.hidden_s;
+  return out;
+}
+
+result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int ranks,
+                                       const cost_profile& p) {
   if (ranks < 1) return status{status_code::invalid_argument, "cost model: ranks must be >= 1"};
   const codec_costs* costs = nullptr;
   if (!c.uncompressed) {

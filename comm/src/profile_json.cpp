@@ -215,7 +215,19 @@ std::string profile_to_json(const cost_profile& p) {
     s.append(",\n     \"decode\": ").append(cost_json(c.decode));
     s.append(",\n     \"decode_accumulate\": ").append(cost_json(c.decode_accumulate));
     s.append(",\n     \"frame_bytes_per_element\": ").append(number(c.frame_bytes_per_element));
-    s.append("}");
+    s.append(",\n     \"in_call\": [");
+    for (std::size_t k = 0; k < c.in_call.size(); ++k)
+      s.append(k == 0 ? "" : ", ")
+          .append("{\"strategy\": ")
+          .append(quoted(std::string(strategy_name(c.in_call[k].how))))
+          .append(", \"pipeline\": ")
+          .append(c.in_call[k].pipeline ? "1" : "0")
+          .append(", \"compute\": ")
+          .append(number(c.in_call[k].compute))
+          .append(", \"transfer\": ")
+          .append(number(c.in_call[k].transfer))
+          .append("}");
+    s.append("]}");
   }
   s.append("\n  ]\n}\n");
   return s;
@@ -264,6 +276,30 @@ result<cost_profile> profile_from_json(std::string_view text) {
       cc.decode = rd.cost(c, "decode", at);
       cc.decode_accumulate = rd.cost(c, "decode_accumulate", at);
       cc.frame_bytes_per_element = rd.num(c, "frame_bytes_per_element", at);
+      if (c.obj.count("in_call") != 0) {  // optional: a profile without calls
+        const value* calls = rd.field(c, "in_call", value::kind::array, at);
+        for (std::size_t k = 0; calls != nullptr && k < calls->arr.size() && rd.error.ok(); ++k) {
+          const value& f = calls->arr[k];
+          const std::string fat = at + "in_call[" + std::to_string(k) + "].";
+          const value* how = rd.field(f, "strategy", value::kind::string, fat);
+          if (how == nullptr) break;
+          auto parsed_how = strategy_from_name(how->str);
+          if (!parsed_how.ok() || !supported_strategies(cc.spec.id).contains(parsed_how.value()))
+            return status{status_code::invalid_argument, "cost profile JSON: " + fat +
+                                                             "strategy '" + how->str +
+                                                             "' is not one the codec supports"};
+          in_call_factor factor;
+          factor.how = parsed_how.value();
+          const double pipe = rd.num(f, "pipeline", fat);
+          if (rd.error.ok() && pipe != 0 && pipe != 1)
+            return status{status_code::invalid_argument,
+                          "cost profile JSON: " + fat + "pipeline must be 0 or 1"};
+          factor.pipeline = pipe == 1;
+          factor.compute = rd.num(f, "compute", fat);
+          factor.transfer = rd.num(f, "transfer", fat);
+          cc.in_call.push_back(factor);
+        }
+      }
       p.compute.codecs.push_back(cc);
     }
   }

@@ -194,6 +194,27 @@ TEST(CostModel, ABurstAllowanceIsSpentFirstAndRefilledByComputation) {
                 .wire_bytes);  // the bytes do not change, only when they wait
 }
 
+TEST(CostModel, InCallFactorsScaleComputeAndTransfer) {
+  gcc::cost_profile p = hand_profile({spec("minmax")}, 1e8);
+  const gcc::candidate c{false, spec("minmax"), gcc::strategy::two_phase, false, 0, true};
+  const gcc::prediction plain = gcc::predict_uncorrected(c, 1 << 20, 4, p).value();
+  EXPECT_EQ(gcc::predict(c, 1 << 20, 4, p).value().total_s, plain.total_s);  // no factors yet
+  p.compute.codecs[0].in_call = {{gcc::strategy::allgather, false, 5, 5},
+                                 {gcc::strategy::two_phase, true, 7, 7},
+                                 {gcc::strategy::two_phase, false, 2, 3}};
+  const gcc::prediction scaled = gcc::predict(c, 1 << 20, 4, p).value();
+  const double check = gcc::ring_allreduce_seconds(p.link, 4, 64);
+  EXPECT_DOUBLE_EQ(scaled.compute_s, 2 * plain.compute_s);
+  EXPECT_DOUBLE_EQ(scaled.transfer_s - check, 3 * (plain.transfer_s - check));
+  EXPECT_EQ(scaled.wire_bytes, plain.wire_bytes);
+  // A pipelined call with several segments takes the pipelined factors.
+  gcc::candidate piped = c;
+  piped.pipeline = true;
+  piped.segment_elements = 1 << 18;
+  const double piped_plain = gcc::predict_uncorrected(piped, 1 << 20, 4, p).value().compute_s;
+  EXPECT_DOUBLE_EQ(gcc::predict(piped, 1 << 20, 4, p).value().compute_s, 7 * piped_plain);
+}
+
 TEST(CostModel, RefusesWhatItCannotPredict) {
   const gcc::cost_profile p = hand_profile({spec("minmax")}, 1e9);
   auto missing =
@@ -356,6 +377,8 @@ TEST(Calibrate, ProfileJsonReadsBackExactly) {
   p.link.overlap = 0.123456789012345678;
   p.link.burst_bytes = 250000;
   p.compute.codecs[0].frame_bytes_per_element = 0.1;
+  p.compute.codecs[0].in_call = {{gcc::strategy::allgather, false, 1.0 / 3, 2.5},
+                                 {gcc::strategy::two_phase, true, 0.5, 7}};
   const std::string text = gcc::profile_to_json(p);
   auto back = gcc::profile_from_json(text);
   ASSERT_TRUE(back.ok()) << back.error().message();
@@ -382,6 +405,7 @@ TEST(Calibrate, ProfileJsonReadsBackExactly) {
       {replace("\"spec\": \"topk", "\"spec\": \"nosuchcodec"), "codecs[0].spec"},
       {text.substr(0, text.size() / 2), "offset"},
       {text + "x", "trailing"},
+      {replace("\"strategy\": \"two_phase\"", "\"strategy\": \"dense\""), "in_call[1]"},
   };
   for (const bad& b : cases) {
     auto r = gcc::profile_from_json(b.text);
@@ -405,6 +429,9 @@ TEST(Calibrate, MeasuresEveryCodecAndTheLinkTheSameOnEveryRank) {
   opt.small_bytes = 256;
   opt.large_bytes = 65536;
   opt.link_repeats = 2;
+  opt.in_call_elements = 8192;
+  opt.in_call_segment = 2048;
+  opt.in_call_repeats = 1;
   std::vector<std::string> json(2);
   std::vector<gcc::cost_profile> got(2);
   auto st = gcc::run_threads(2, [&](gcc::communicator& comm) -> status {
@@ -426,6 +453,19 @@ TEST(Calibrate, MeasuresEveryCodecAndTheLinkTheSameOnEveryRank) {
          {&c.encode, &c.encode_with_feedback, &c.decode, &c.decode_accumulate}) {
       EXPECT_TRUE(std::isfinite(o->at(opt.large_elements)));
       EXPECT_GT(o->at(opt.large_elements), 0);
+    }
+  }
+  for (const gcc::codec_costs& c : p.compute.codecs) {  // per strategy and pipelining, from calls
+    std::size_t strategies = 0;
+    for (gcc::strategy how : {gcc::strategy::allgather, gcc::strategy::two_phase,
+                              gcc::strategy::dense, gcc::strategy::majority_vote})
+      strategies += gcc::supported_strategies(c.spec.id).contains(how) ? 1 : 0;
+    const std::size_t per = c.spec.id == gc::codec_id::powersgd ? 1 : 2;
+    ASSERT_EQ(c.in_call.size(), strategies * per) << gc::to_string(c.spec);
+    for (const gcc::in_call_factor& f : c.in_call) {
+      EXPECT_TRUE(gcc::supported_strategies(c.spec.id).contains(f.how));
+      EXPECT_GT(f.compute, 0);
+      EXPECT_GT(f.transfer, 0);
     }
   }
   EXPECT_GT(p.compute.codecs[2].frame_bytes_per_element, 0);  // threshold's frames measured

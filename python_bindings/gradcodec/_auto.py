@@ -62,14 +62,16 @@ class Planner:
         self.profile: Optional[str] = None if profile is None else load_profile(profile)
         self.plans: Dict[Tuple[int, int], Dict[str, Any]] = {}
 
-    def calibrate(self, process_group: Optional[Any]) -> None:
-        """Collective over the group: measures the profile (once)."""
+    def calibrate(self, process_group: Optional[Any], numel: int) -> None:
+        """Collective over the group: measures the profile (once), its in-call factors on
+        calls of the first bucket's size in one segment, as the hook sends a bucket."""
         if self.profile is not None:
             return
         from ._torch_transport import TorchTransport
         comm = _gc.Communicator.from_transport(TorchTransport(process_group))
         self.profile = _gc.calibrate(comm, [c.spec for c in self.candidates],
-                                         threads=self.threads)
+                                     threads=self.threads, in_call=max(int(numel), 1),
+                                     in_call_segment=0)
 
     def choose(self, index: int, numel: int, world: int, allowed) -> Dict[str, Any]:
         """The plan of a bucket: the chosen row, the hook's strategy for it, the reason."""

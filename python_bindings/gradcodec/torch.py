@@ -295,7 +295,7 @@ class HookState:
 
     def _run_auto(self, bucket: dist.GradBucket) -> torch.futures.Future:
         world = dist.get_world_size(self.process_group)
-        self._auto.calibrate(self.process_group)
+        self._auto.calibrate(self.process_group, bucket.buffer().numel())
         plan = self._auto.choose(int(bucket.index()), bucket.buffer().numel(), world,
                                  _strategy_allowed)
         sub = self._sub_state((plan["row"]["spec"], plan["strategy"]))

@@ -17,7 +17,9 @@ namespace {
 
 gcc::calibrate_options options(const std::vector<nb::object>& specs, int threads,
                                std::uint64_t small, std::uint64_t large, double seconds,
-                               std::uint64_t link_small, std::uint64_t link_large, int repeats) {
+                               std::uint64_t link_small, std::uint64_t link_large, int repeats,
+                               std::uint64_t in_call, std::uint64_t in_call_segment,
+                               int in_call_repeats) {
   gcc::calibrate_options opt;
   for (const nb::object& s : specs) opt.specs.push_back(spec_arg(s));
   opt.threads = threads;
@@ -27,6 +29,9 @@ gcc::calibrate_options options(const std::vector<nb::object>& specs, int threads
   opt.small_bytes = link_small;
   opt.large_bytes = link_large;
   opt.link_repeats = repeats;
+  opt.in_call_elements = in_call;
+  opt.in_call_segment = in_call_segment;
+  opt.in_call_repeats = in_call_repeats;
   return opt;
 }
 
@@ -55,9 +60,11 @@ void register_plan(nb::module_& m) {
       "calibrate",
       [](communicator_handle& c, const std::vector<nb::object>& specs, int threads,
          std::uint64_t small, std::uint64_t large, double seconds, std::uint64_t link_small,
-         std::uint64_t link_large, int repeats) {
+         std::uint64_t link_large, int repeats, std::uint64_t in_call,
+         std::uint64_t in_call_segment, int in_call_repeats) {
         const gcc::calibrate_options opt =
-            options(specs, threads, small, large, seconds, link_small, link_large, repeats);
+            options(specs, threads, small, large, seconds, link_small, link_large, repeats, in_call,
+                    in_call_segment, in_call_repeats);
         gcc::cost_profile p;
         check(without_gil([&]() -> status {
           auto r = gcc::calibrate(*c.comm, opt);
@@ -71,14 +78,16 @@ void register_plan(nb::module_& m) {
       nb::arg("small") = std::uint64_t{1} << 16, nb::arg("large") = std::uint64_t{1} << 22,
       nb::arg("seconds") = 0.02, nb::arg("link_small") = 4096,
       nb::arg("link_large") = std::uint64_t{1} << 22, nb::arg("repeats") = 5,
+      nb::arg("in_call") = std::uint64_t{1} << 22,
+      nb::arg("in_call_segment") = std::uint64_t{1} << 20, nb::arg("in_call_repeats") = 2,
       "Collective: the cost profile (docs/planner.md) of every rank of `comm`, agreed (the "
       "slowest rank's), as its JSON text. bf16 is always measured.");
   m.def(
       "measure_codec_costs",
       [](const std::vector<nb::object>& specs, int threads, std::uint64_t small,
          std::uint64_t large, double seconds) {
-        const gcc::calibrate_options opt =
-            options(specs, threads, small, large, seconds, 4096, std::uint64_t{1} << 22, 1);
+        const gcc::calibrate_options opt = options(specs, threads, small, large, seconds, 4096,
+                                                   std::uint64_t{1} << 22, 1, 0, 0, 0);
         gcc::cost_profile p;
         check(without_gil([&]() -> status {
           auto r = gcc::measure_compute(opt);

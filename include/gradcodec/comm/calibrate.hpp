@@ -35,6 +35,12 @@ struct calibrate_options {
   std::uint64_t small_bytes = 4096;
   std::uint64_t large_bytes = std::uint64_t{1} << 22;
   int link_repeats = 5;  //!< timed calls per collective and size (the median is kept)
+  //! In-call factors (codec_costs::in_call): every codec with every strategy it supports,
+  //! as a real allreduce of in_call_elements in segments of in_call_segment, one warm-up
+  //! and in_call_repeats timed calls. 0 repeats: none (the operation costs alone).
+  std::uint64_t in_call_elements = std::uint64_t{1} << 22;
+  std::uint64_t in_call_segment = std::uint64_t{1} << 20;
+  int in_call_repeats = 2;
 };
 
 //! Times encode, encode_with_feedback, decode and decode_accumulate of every spec (and a
@@ -53,7 +59,8 @@ result<link_profile> probe_link(communicator& comm, const calibrate_options& opt
 status agree_profile(communicator& comm, cost_profile& profile);
 
 //! Collective: measure_compute on every rank at once (so shared cores count), probe_link,
-//! agree_profile. ranks is set to comm.size().
+//! agree_profile, then the in-call factors of every codec and strategy against that agreed
+//! profile, agreed again. ranks is set to comm.size().
 result<cost_profile> calibrate(communicator& comm, const calibrate_options& opt);
 
 //! The profile as JSON (format "gradcodec-cost-profile", version 1; every number printed

@@ -54,6 +54,19 @@ struct op_cost {
   }
 };
 
+//! How a real call of one strategy departed from the model built on the codec's own
+//! costs, measured by calibration inside allreduce calls on the job's link: the ratio of
+//! the call's measured compute and transfer (its waits included) to the predicted ones.
+//! It carries what the operation costs leave out: the network stack's and the other
+//! ranks' use of shared cores, the strategy's own passes (the casts' division by W), cache
+//! effects of the segment size, ranks waiting for each other.
+struct in_call_factor {
+  strategy how = strategy::allgather;
+  bool pipeline = false;
+  double compute = 1;
+  double transfer = 1;
+};
+
 //! What one codec spec costs on this machine, f32 input, the rank's own threads, measured
 //! while every rank of the job ran the same (so a shared core is in the numbers).
 struct codec_costs {
@@ -62,6 +75,12 @@ struct codec_costs {
   //! Mean frame bytes per element seen at calibration, for the codecs whose frame size
   //! depends on the data (threshold); 0 for the others, whose size is encode_bound's.
   double frame_bytes_per_element = 0;
+  //! Per strategy the codec supports, pipelining off and on (none: the operation costs
+  //! alone).
+  std::vector<in_call_factor> in_call;
+
+  //! The factors of a strategy with or without pipelining, or null.
+  [[nodiscard]] const in_call_factor* factor(strategy how, bool pipeline) const noexcept;
 };
 
 //! The machine's side of the model.
@@ -106,10 +125,14 @@ struct prediction {
   std::uint64_t collectives = 0;
 };
 
-//! The prediction for one call on n f32 elements over `ranks` ranks. invalid_argument for
+//! The prediction for one call on n f32 elements over `ranks` ranks; the codec's
+//! in_call factor for the strategy, when the profile has one, scales compute and transfer
+//! (the configuration check excluded). predict_uncorrected leaves them out. invalid_argument for
 //! a strategy the codec does not support, and invalid_argument (naming the spec) when the profile
 //! has no costs for a codec candidate's spec.
 result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const cost_profile& p);
+result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int ranks,
+                                       const cost_profile& p);
 
 //! Rounds and bytes of one collective (exposed for the tests and the docs' examples).
 double allgather_seconds(const link_profile& l, int ranks, std::uint64_t block_bytes) noexcept;
