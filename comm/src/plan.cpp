@@ -4,6 +4,7 @@
 #include "gradcodec/comm/plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "gradcodec/bounds.hpp"
@@ -106,6 +107,9 @@ result<plan_result> plan(const plan_request& req, const cost_profile& profile) {
   for (const candidate& c : all) {
     auto p = predict(c, req.elements, req.ranks, profile);
     if (!p.ok()) return p.error();
+    // A profile with absurd numbers can overflow a prediction: it sorts last, never
+    // breaks the order.
+    if (!std::isfinite(p.value().total_s)) p.value().total_s = HUGE_VAL;
     out.rows.push_back({c, p.value()});
   }
   std::stable_sort(out.rows.begin(), out.rows.end(), [](const plan_row& a, const plan_row& b) {

@@ -3,12 +3,22 @@
 (docs/planner.md) among the codecs the user accepts, dense always a candidate.
 
 The profile comes from the library's calibration run over the process group (every rank
-at once, every value the slowest rank's), or from a file of ``gradcodec calibrate``; the
-plan is a function of (profile, bucket size, world size) only, so every rank chooses the
-same. Each distinct choice runs in a HookState of its own (its residuals, its counters),
-which the auto state drives."""
+at once, every value the median over the ranks), or from a file of ``gradcodec
+calibrate``; the plan is a function of (profile, bucket size, world size) only, so every
+rank chooses the same. Each distinct choice runs in a HookState of its own (its residuals,
+its counters), which the auto state drives.
+
+Drift: every bucket's call is timed (from the hook's entry to its completion callback) and
+an exponentially weighted ratio measured / predicted kept per plan. Every ``replan_every``
+steps the ranks exchange their ratios; where the median ratio leaves [1/1.25, 1.25], the
+profile entry the choice was predicted from is scaled by it (the codec's in-call factors of
+that strategy; for the float32 mean, the allreduce rate) and the bucket is planned again.
+The exchange is one all-gather at the same step on every rank, and the update is computed
+from the same gathered values, so the ranks' profiles and plans stay identical."""
 
 import json
+import math
+import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _gradcodec as _gc
@@ -16,6 +26,11 @@ from . import _gradcodec as _gc
 # The codecs that kept the convergence suite's targets in both tasks (docs/python.md,
 # "Convergence"); a user passes their own list with candidates=[...].
 DEFAULT_CANDIDATES = ("minmax:bits=4", "qsgd", "onebit", "sign:scale=mean", "powersgd:rank=4")
+
+# How fast the measured / predicted ratio follows new calls, and how far it may drift from
+# 1 before the bucket is planned again.
+_EWMA = 0.2
+_DRIFT = 1.25
 
 # The library's strategy names and the hook's.
 _HOOK_STRATEGY = {"allgather": "allgather", "two_phase": "two_phase", "dense": "dense",
@@ -52,7 +67,7 @@ class Planner:
     """The plans of one HookState(spec="auto"): one per (bucket index, element count)."""
 
     def __init__(self, candidates: Sequence[Any], margin: float, profile: Optional[Any],
-                 threads: int) -> None:
+                 threads: int, replan_every: int = 100) -> None:
         self.candidates: List[_gc.Codec] = [
             c if isinstance(c, _gc.Codec) else _gc.Codec(c) for c in candidates]
         if not 0.0 <= float(margin) < 1.0:
@@ -61,6 +76,10 @@ class Planner:
         self.threads = int(threads)
         self.profile: Optional[str] = None if profile is None else load_profile(profile)
         self.plans: Dict[Tuple[int, int], Dict[str, Any]] = {}
+        if int(replan_every) < 0:
+            raise ValueError("replan_every must be >= 0")
+        self.replan_every = int(replan_every)
+        self.replans = 0  # buckets planned again after a drift
 
     def calibrate(self, process_group: Optional[Any], numel: int) -> None:
         """Collective over the group: measures the profile (once), its in-call factors on
@@ -96,9 +115,62 @@ class Planner:
             reason = (f"{row['candidate']}: the fastest the hook runs "
                       f"({row['total_s'] * 1e3:.3g} ms predicted)")
         plan = {"bucket": index, "elements": numel, "row": row, "strategy": strategy,
-                "reason": reason, "alternatives": [r for r, _ in runnable[:4]]}
+                "reason": reason, "alternatives": [r for r, _ in runnable[:4]],
+                "ratio": None, "measured_s": None}
         self.plans[key] = plan
         return plan
+
+    def observe(self, index: int, numel: int, seconds: float) -> None:
+        """One timed call of a planned bucket (this rank's)."""
+        p = self.plans.get((index, numel))
+        if p is None or p["row"]["total_s"] <= 0:
+            return
+        r = seconds / p["row"]["total_s"]
+        p["ratio"] = r if p["ratio"] is None else (1 - _EWMA) * p["ratio"] + _EWMA * r
+        m = p["measured_s"]
+        p["measured_s"] = seconds if m is None else (1 - _EWMA) * m + _EWMA * seconds
+
+    def replan(self, gather) -> None:
+        """Collective (``gather(obj)`` returns every rank's obj in rank order): agrees on
+        the drift of every plan and plans the drifted buckets again."""
+        mine = {f"{i}:{n}": p["ratio"] for (i, n), p in self.plans.items()}
+        everyone = gather(mine)
+        profile = json.loads(self.profile)
+        changed = False
+        for key in sorted(self.plans):
+            name = f"{key[0]}:{key[1]}"
+            seen = [r[name] for r in everyone if r.get(name) is not None]
+            if len(seen) != len(everyone):
+                continue  # a rank has not timed this bucket yet
+            ratio = statistics.median_high(seen)
+            if abs(math.log(ratio)) <= math.log(_DRIFT):
+                continue
+            self._scale(profile, self.plans[key], ratio)
+            del self.plans[key]
+            changed = True
+            self.replans += 1
+        if changed:
+            self.profile = json.dumps(profile)
+
+    @staticmethod
+    def _scale(profile: Dict[str, Any], plan: Dict[str, Any], ratio: float) -> None:
+        """Scales what the plan's prediction came from by the agreed ratio."""
+        row = plan["row"]
+        if row["uncompressed"]:
+            profile["link"]["allreduce"]["bytes_per_s"] /= ratio
+            return
+        for c in profile["codecs"]:
+            if _gc.Codec(c["spec"]).spec != _gc.Codec(row["spec"]).spec:
+                continue
+            factors = [f for f in c.get("in_call", []) if f["strategy"] == row["strategy"] and
+                       not f.get("pipeline", 0)]
+            if not factors:
+                factors = [{"strategy": row["strategy"], "pipeline": 0, "compute": 1.0,
+                            "transfer": 1.0}]
+                c.setdefault("in_call", []).append(factors[0])
+            for f in factors:
+                f["compute"] = min(max(f["compute"] * ratio, 1e-3), 1e3)
+                f["transfer"] = min(max(f["transfer"] * ratio, 1e-3), 1e3)
 
     def report(self) -> List[Dict[str, Any]]:
         out = []
@@ -107,7 +179,8 @@ class Planner:
                 "bucket": index, "elements": numel,
                 "chosen": p["row"]["candidate"], "strategy": p["strategy"],
                 "spec": p["row"]["spec"] or None,
-                "predicted_s": p["row"]["total_s"], "reason": p["reason"],
+                "predicted_s": p["row"]["total_s"], "measured_s": p["measured_s"],
+                "reason": p["reason"],
                 "alternatives": [(r["candidate"], r["total_s"]) for r in p["alternatives"]],
             })
         return out

@@ -37,6 +37,13 @@ class OuterSync:
     error feedback None follows the codec's bounds), process_group, threads (the
     library's CPU threads; default torch.get_num_threads()).
 
+    spec="auto": the codec and strategy of Δ are chosen by the planner (docs/planner.md)
+    among ``candidates`` (the codecs you accept for Δ; the uncompressed mean and bf16 are
+    always candidates) for a fragment's size, from ``profile`` (a ``gradcodec calibrate``
+    file, its JSON text or a dict) or, without one, from a calibration over the process
+    group at construction (the engine's own collectives and strategies); ``plan`` holds
+    the chosen row and the reason.
+
     Construction is collective: every rank starts from rank 0's parameters."""
 
     def __init__(self, params: Union[torch.nn.Module, Iterable[torch.Tensor]], *,
@@ -44,7 +51,9 @@ class OuterSync:
                  delay: int = 0, mix: float = 0.5, lr: float = 1.0, momentum: float = 0.0,
                  nesterov: bool = False, participants: int = 0, seed: int = 0,
                  strategy: Optional[str] = None, error_feedback: Optional[bool] = None,
-                 process_group: Optional[Any] = None, threads: Optional[int] = None):
+                 process_group: Optional[Any] = None, threads: Optional[int] = None,
+                 candidates: Optional[List[Any]] = None, profile: Optional[Any] = None,
+                 margin: float = 0.05):
         if isinstance(params, torch.nn.Module):
             params = params.parameters()
         self.params: List[torch.Tensor] = [p for p in params]
@@ -73,17 +82,44 @@ class OuterSync:
             process_group = dist.new_group(ranks=ranks)
         self.transport = TorchTransport(process_group)
         self._comm = _gc.Communicator.from_transport(self.transport)
+        self.plan: Optional[Dict[str, Any]] = None
+        threads = torch.get_num_threads() if threads is None else threads
+        if spec == "auto":
+            if strategy is not None:
+                raise ValueError("OuterSync: spec='auto' chooses the strategy")
+            spec, strategy = self._choose(candidates, profile, margin, threads,
+                                          max(1, at // max(1, fragments)))
+        elif candidates is not None or profile is not None:
+            raise ValueError("OuterSync: candidates and profile apply to spec='auto' only")
         self._engine = _gc.OuterSync(
             self._comm, spec=spec, strategy=strategy, error_feedback=error_feedback,
             sync_every=sync_every, fragments=fragments, delay=delay, mix=mix, lr=lr,
             momentum=momentum, nesterov=nesterov, participants=participants, seed=seed,
-            tensors=tensors, threads=torch.get_num_threads() if threads is None else threads)
+            tensors=tensors, threads=threads)
         self._tensors = tensors
         # The most bytes one sync handed to the transport (library_bytes_sent's measure).
         self.peak_sync_bytes = 0
         self._gather()
         self._engine.init(self._flat)
         self._scatter()
+
+    def _choose(self, candidates, profile, margin, threads, elements):
+        """(spec, strategy) of the planner's choice for a fragment of `elements`."""
+        from . import _auto
+        accept = [c.spec if isinstance(c, _gc.Codec) else str(c)
+                  for c in (candidates or _auto.DEFAULT_CANDIDATES)]
+        if profile is None:
+            text = _gc.calibrate(self._comm, accept, threads=threads, in_call=elements,
+                                 in_call_segment=0)
+        else:
+            text = _auto.load_profile(profile)
+        planned = _gc.plan(text, elements, self._comm.size, accept, margin=margin)
+        row = planned["rows"][planned["chosen"]]
+        self.plan = {"elements": elements, "row": row, "reason": planned["reason"],
+                     "profile": text}
+        if row["uncompressed"]:
+            return None, None
+        return row["spec"], row["strategy"]
 
     def _gather(self) -> None:
         with torch.no_grad():

@@ -46,6 +46,7 @@ runs in its completion callback. CUDA buckets on an NCCL process group run on th
 gradcodec has its CUDA backend; other CUDA buckets are copied to the host for the codec.
 """
 
+import time
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -171,6 +172,9 @@ class HookState:
         profile: with spec="auto", a profile from ``gradcodec calibrate`` (a path, its JSON
             text or a dict) instead of calibrating.
         margin: with spec="auto", how much faster a codec must be predicted than dense.
+        replan_every: with spec="auto", every this many steps the ranks agree on how far
+            each bucket's measured call time drifted from its prediction and plan the
+            drifted buckets again (0: never).
         process_group: the group to reduce over (None: the default group).
         error_feedback: None (default): on when the codec's bounds keep the residual
             bounded (``Codec.bounds().feedback_safe``), else off; True/False force it
@@ -218,6 +222,7 @@ class HookState:
         candidates: Optional[List[Any]] = None,
         profile: Optional[Any] = None,
         margin: float = 0.05,
+        replan_every: int = 100,
     ) -> None:
         self._auto: Optional[_auto.Planner] = None
         self._options = dict(process_group=process_group, error_feedback=error_feedback,
@@ -228,7 +233,7 @@ class HookState:
                 raise ValueError("spec='auto' chooses the strategy per bucket: strategy, "
                                  "per_tensor and warm-up do not apply")
             self._auto = _auto.Planner(candidates or _auto.DEFAULT_CANDIDATES, margin,
-                                       profile, threads or 1)
+                                       profile, threads or 1, replan_every)
             self._subs: Dict[Tuple[str, str], "HookState"] = {}
             spec = "bf16"  # what the settings below describe until a bucket is planned
         elif candidates is not None or profile is not None:
@@ -281,6 +286,11 @@ class HookState:
             raise ValueError("plan_report() is for HookState(spec='auto')")
         return self._auto.report()
 
+    def _gather(self, obj: Any) -> List[Any]:
+        out: List[Any] = [None] * dist.get_world_size(self.process_group)
+        dist.all_gather_object(out, obj, group=self.process_group)
+        return out
+
     def _sub_state(self, key: Tuple[str, str]) -> "HookState":
         sub = self._subs.get(key)
         if sub is None:
@@ -294,10 +304,15 @@ class HookState:
         return sub
 
     def _run_auto(self, bucket: dist.GradBucket) -> torch.futures.Future:
+        start = time.perf_counter()
         world = dist.get_world_size(self.process_group)
-        self._auto.calibrate(self.process_group, bucket.buffer().numel())
-        plan = self._auto.choose(int(bucket.index()), bucket.buffer().numel(), world,
-                                 _strategy_allowed)
+        index, numel = int(bucket.index()), bucket.buffer().numel()
+        auto = self._auto
+        auto.calibrate(self.process_group, numel)
+        if bucket.is_last() and auto.replan_every and self.step > 0 and \
+                self.step % auto.replan_every == 0:
+            auto.replan(self._gather)
+        plan = auto.choose(index, numel, world, _strategy_allowed)
         sub = self._sub_state((plan["row"]["spec"], plan["strategy"]))
         sub.step = self.step
         if bucket.is_last():
@@ -305,6 +320,7 @@ class HookState:
         fut = sub._run(bucket)
 
         def count(f: torch.futures.Future) -> torch.Tensor:
+            auto.observe(index, numel, time.perf_counter() - start)
             subs = self._subs.values()
             self.bytes_sent = sum(s.bytes_sent for s in subs)
             self.dense_bytes = sum(s.dense_bytes for s in subs)
@@ -326,6 +342,7 @@ class HookState:
                 "version": _STATE_VERSION, "spec": "auto", "step": self.step,
                 "profile": self._auto.profile,
                 "plans": [(k, p) for k, p in self._auto.plans.items()],
+                "replans": self._auto.replans,
                 "subs": [(k, sub.state_dict()) for k, sub in self._subs.items()],
             }
         buckets = {}
@@ -362,6 +379,7 @@ class HookState:
             self.step = int(state["step"])
             self._auto.profile = state["profile"]
             self._auto.plans = {tuple(k): p for k, p in state["plans"]}
+            self._auto.replans = int(state["replans"])
             self._subs = {}
             for key, sub_state in state["subs"]:
                 self._sub_state(tuple(key)).load_state_dict(sub_state)
