@@ -237,7 +237,8 @@ double ratio(double measured, double predicted) {
 
 //! The in-call factors of every codec and strategy, on this rank, against `p`.
 status measure_in_call(communicator& comm, const calibrate_options& opt, cost_profile& p) {
-  if (opt.in_call_repeats <= 0 || opt.in_call_elements == 0) return {};
+  // One rank has no link, and its calls skip the exchange: nothing to learn for W > 1.
+  if (opt.in_call_repeats <= 0 || opt.in_call_elements == 0 || comm.size() <= 1) return {};
   const std::uint64_t n = opt.in_call_elements;
   std::vector<float> grad(n), out(n);
   fill(grad);

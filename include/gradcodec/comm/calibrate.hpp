@@ -37,7 +37,8 @@ struct calibrate_options {
   int link_repeats = 5;  //!< timed calls per collective and size (the median is kept)
   //! In-call factors (codec_costs::in_call): every codec with every strategy it supports,
   //! as a real allreduce of in_call_elements in segments of in_call_segment, one warm-up
-  //! and in_call_repeats timed calls. 0 repeats: none (the operation costs alone).
+  //! and in_call_repeats timed calls. 0 repeats, or one rank: none (the operation costs
+  //! alone).
   std::uint64_t in_call_elements = std::uint64_t{1} << 22;
   std::uint64_t in_call_segment = std::uint64_t{1} << 20;
   int in_call_repeats = 2;
