@@ -225,7 +225,7 @@ void for_each_number(cost_profile& p, F&& f) {
     f(c.frame_bytes_per_element);
     for (in_call_factor& k : c.in_call) {
       f(k.compute);
-      f(k.transfer);
+      f(k.wait);
     }
   }
 }
@@ -263,8 +263,11 @@ status measure_in_call(communicator& comm, const calibrate_options& opt, cost_pr
         allreduce_state state;
         workspace ws;
         phase_times timed;
+        // Back to back after one barrier, as a training loop calls it: a barrier before
+        // every call would hand each one a rested link (a full shaper bucket) that
+        // training never gives it.
+        if (status s = comm.barrier(); !s.ok()) return s;
         for (int i = 0; i <= opt.in_call_repeats; ++i) {
-          if (status s = comm.barrier(); !s.ok()) return s;
           phase_times t;
           status s =
               allreduce(comm, cfg, {0x6361'6c69'6272'6174ULL, static_cast<std::uint64_t>(i), 0},
@@ -280,9 +283,11 @@ status measure_in_call(communicator& comm, const calibrate_options& opt, cost_pr
         in_call_factor f;
         f.how = how;
         f.pipeline = pipe;
-        f.compute = ratio((timed.encode_s + timed.reduce_s + timed.decode_s) / reps,
-                          predicted.value().compute_s);
-        f.transfer = ratio(timed.comm_s / reps, predicted.value().transfer_s - check);
+        const double compute = (timed.encode_s + timed.reduce_s + timed.decode_s) / reps;
+        f.compute = ratio(compute, predicted.value().compute_s);
+        if (compute > 1e-9)
+          f.wait = std::clamp(
+              (timed.comm_s / reps - (predicted.value().transfer_s - check)) / compute, -8.0, 8.0);
         c.in_call.push_back(f);
       }
   }
@@ -422,7 +427,7 @@ status agree_profile(communicator& comm, cost_profile& profile) {
   // upper one of the middle two for an even count), which one descheduled rank cannot move
   // far and which every rank computes from the same bits.
   std::vector<double> mine;
-  for_each_number(profile, [&](double& v) { mine.push_back(std::isfinite(v) && v > 0 ? v : 0); });
+  for_each_number(profile, [&](double& v) { mine.push_back(std::isfinite(v) ? v : 0); });
   const auto w = static_cast<std::size_t>(comm.size());
   std::vector<double> all(mine.size() * w);
   if (status s = comm.allgather(mine.data(), mine.size() * sizeof(double), all.data()); !s.ok())

@@ -13,8 +13,10 @@
 
 namespace gradcodec::comm {
 
+using detail::block_header;
 using detail::chunk_of;
 using detail::near_square_rows;
+using detail::padded;
 using detail::unit_of;
 
 link_profile link_profile::uniform(double step_latency_s, double bytes_per_s, double overlap,
@@ -45,10 +47,6 @@ const codec_costs* compute_profile::find(const codec_spec& spec) const noexcept 
 }
 
 namespace {
-
-constexpr std::uint64_t block_header = 16;
-
-std::uint64_t pad16(std::uint64_t b) noexcept { return (b + 15) / 16 * 16; }
 
 double rounds(const collective_cost& c, double steps, double sent) noexcept {
   return steps * c.step_latency_s + sent / c.bytes_per_s;
@@ -143,7 +141,7 @@ struct segment_model {
     return encode_bound(c.spec, m, dtype::f32, rows);
   }
   [[nodiscard]] std::uint64_t block(std::uint64_t m) const {
-    return block_header + pad16(frame_bytes(m));
+    return block_header + padded(frame_bytes(m));
   }
   [[nodiscard]] std::uint64_t peers() const { return static_cast<std::uint64_t>(w - 1); }
   //! Threshold frames announce their sizes in a header exchange first.
@@ -288,8 +286,8 @@ result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const
   prediction& r = out.value();
   const double check = ring_allreduce_seconds(p.link, ranks, 64);
   r.compute_s *= f->compute;
-  r.transfer_s = check + (r.transfer_s - check) * f->transfer;
-  r.hidden_s *= std::min(f->compute, f->transfer);
+  r.transfer_s = std::max(check, r.transfer_s + f->wait * r.compute_s);
+  r.hidden_s = std::min(r.hidden_s * f->compute, std::min(r.compute_s, r.transfer_s));
   r.total_s = r.compute_s + r.transfer_s - r.hidden_s;
   return out;
 }

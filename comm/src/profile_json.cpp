@@ -6,6 +6,7 @@
 //! subset the writer produces (objects, arrays, strings without escapes other than \" and
 //! \\, numbers).
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -172,6 +173,17 @@ struct reader {
     }
     return v->num;
   }
+  //! A finite number of either sign.
+  double signed_num(const value& o, const std::string& key, const std::string& at) {
+    const value* v = field(o, key, value::kind::number, at);
+    if (v == nullptr) return 0;
+    if (!(std::abs(v->num) <= 1e300)) {
+      error = status{status_code::invalid_argument,
+                     "cost profile JSON: " + at + key + " must be a finite number"};
+      return 0;
+    }
+    return v->num;
+  }
   op_cost cost(const value& o, const std::string& key, const std::string& at) {
     op_cost c;
     const value* v = field(o, key, value::kind::object, at);
@@ -224,8 +236,8 @@ std::string profile_to_json(const cost_profile& p) {
           .append(c.in_call[k].pipeline ? "1" : "0")
           .append(", \"compute\": ")
           .append(number(c.in_call[k].compute))
-          .append(", \"transfer\": ")
-          .append(number(c.in_call[k].transfer))
+          .append(", \"wait\": ")
+          .append(number(c.in_call[k].wait))
           .append("}");
     s.append("]}");
   }
@@ -296,7 +308,7 @@ result<cost_profile> profile_from_json(std::string_view text) {
                           "cost profile JSON: " + fat + "pipeline must be 0 or 1"};
           factor.pipeline = pipe == 1;
           factor.compute = rd.num(f, "compute", fat);
-          factor.transfer = rd.num(f, "transfer", fat);
+          factor.wait = rd.signed_num(f, "wait", fat);
           cc.in_call.push_back(factor);
         }
       }

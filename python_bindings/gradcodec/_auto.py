@@ -166,11 +166,10 @@ class Planner:
                        not f.get("pipeline", 0)]
             if not factors:
                 factors = [{"strategy": row["strategy"], "pipeline": 0, "compute": 1.0,
-                            "transfer": 1.0}]
+                            "wait": 0.0}]
                 c.setdefault("in_call", []).append(factors[0])
-            for f in factors:
+            for f in factors:  # the waits grow with the compute they are a share of
                 f["compute"] = min(max(f["compute"] * ratio, 1e-3), 1e3)
-                f["transfer"] = min(max(f["transfer"] * ratio, 1e-3), 1e3)
 
     def report(self) -> List[Dict[str, Any]]:
         out = []

@@ -55,16 +55,19 @@ struct op_cost {
 };
 
 //! How a real call of one strategy departed from the model built on the codec's own
-//! costs, measured by calibration inside allreduce calls on the job's link: the ratio of
-//! the call's measured compute and transfer (its waits included) to the predicted ones.
-//! It carries what the operation costs leave out: the network stack's and the other
-//! ranks' use of shared cores, the strategy's own passes (the casts' division by W), cache
-//! effects of the segment size, ranks waiting for each other.
+//! costs, measured by calibration inside allreduce calls on the job's link. It carries
+//! what the operation costs leave out: the network stack's and the other ranks' use of
+//! shared cores, the strategy's own passes (the casts' division by W), cache effects of
+//! the segment size, ranks waiting for each other.
 struct in_call_factor {
   strategy how = strategy::allgather;
   bool pipeline = false;
+  //! Measured compute / predicted compute.
   double compute = 1;
-  double transfer = 1;
+  //! (Measured time inside collectives − predicted transfer) / measured compute: the
+  //! waiting for other ranks grows with what they compute; negative where the link did
+  //! better than predicted.
+  double wait = 0;
 };
 
 //! What one codec spec costs on this machine, f32 input, the rank's own threads, measured
@@ -126,8 +129,9 @@ struct prediction {
 };
 
 //! The prediction for one call on n f32 elements over `ranks` ranks; the codec's
-//! in_call factor for the strategy, when the profile has one, scales compute and transfer
-//! (the configuration check excluded). predict_uncorrected leaves them out. invalid_argument for
+//! in_call factor for the strategy, when the profile has one, scales the compute and adds
+//! its wait × compute to the transfer (never below the configuration check).
+//! predict_uncorrected leaves them out. invalid_argument for
 //! a strategy the codec does not support, and invalid_argument (naming the spec) when the profile
 //! has no costs for a codec candidate's spec.
 result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const cost_profile& p);
