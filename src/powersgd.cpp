@@ -244,6 +244,12 @@ powersgd_frame_shape powersgd_frame_shape_of(const codec_spec& spec, const_tenso
   return s;
 }
 
+std::uint64_t powersgd_square_rows(std::uint64_t n) noexcept {
+  auto r = static_cast<std::uint64_t>(std::sqrt(static_cast<double>(n)));
+  while (r > 1 && (r * r > n || n % r != 0)) --r;
+  return std::max<std::uint64_t>(r, 1);
+}
+
 bool powersgd_compresses(const codec_spec& spec, std::uint64_t rows, std::uint64_t cols) noexcept {
   if (rows <= 1 || cols <= 1) return false;
   const double r = powersgd_rank(spec, rows, cols);

@@ -88,12 +88,6 @@ std::string json_string(const std::string& s) {
 
 std::string json_number(double v) { return std::isfinite(v) ? strprintf("%.9g", v) : "null"; }
 
-std::uint64_t matrix_rows(std::uint64_t n) {
-  auto r = static_cast<std::uint64_t>(std::sqrt(static_cast<double>(n)));
-  while (r > 1 && n % r != 0) --r;
-  return std::max<std::uint64_t>(r, 1);
-}
-
 void fill_gradient(std::span<float> x, std::uint64_t stream) {
   std::uint64_t s = 0x9e3779b97f4a7c15ull ^ stream * 0xd1b54a32d192ed03ull;
   const auto next = [&s] {

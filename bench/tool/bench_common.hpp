@@ -38,9 +38,10 @@ std::string json_number(double v);
 //! stream 0 is the data of `gradcodec bench`; bench --allreduce gives rank r stream r + 1.
 void fill_gradient(std::span<float> x, std::uint64_t stream = 0);
 
-//! PowerSGD's matrix in both benchmarks: rows = the largest divisor of n not above sqrt(n)
-//! (a near-square matrix).
-std::uint64_t matrix_rows(std::uint64_t n);
+//! The codecs `gradcodec calibrate` measures and `gradcodec plan` accepts by default: the
+//! allreduce benchmark's set without bf16, which both always add.
+inline constexpr const char* planner_default_codecs =
+    "minmax:bits=4,qsgd,terngrad,onebit,sign:scale=mean,topk,randomk,powersgd:rank=4,fp16";
 
 //! The frame bytes of repeated encodes. Error feedback carries the residual across the
 //! runs, so the frames of data-dependent codecs (threshold) grow from run to run; the bytes

@@ -86,7 +86,7 @@ struct gpu_clock {
 void run_codec(run_state& st, gpu_clock& clk, const codec_spec& spec, const std::string& gpu,
                const std::vector<float>& host_x, const device_buffer& x) {
   const std::uint64_t n = host_x.size();
-  const std::uint64_t rows = spec.id == codec_id::powersgd ? matrix_rows(n) : 0;
+  const std::uint64_t rows = spec.id == codec_id::powersgd ? powersgd_square_rows(n) : 0;
   const std::string name = to_string(spec);
   const auto base = [&](bench_op op) {
     record r;

@@ -297,7 +297,7 @@ std::string note_of(const status& s, const target& t) {
 //! The four operations of one codec on one target; rows for each.
 void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& t) {
   const std::uint64_t n = b.x.size();
-  const std::uint64_t rows = spec.id == codec_id::powersgd ? matrix_rows(n) : 0;
+  const std::uint64_t rows = spec.id == codec_id::powersgd ? powersgd_square_rows(n) : 0;
   const int shown_threads =
       t.where == backend::reference ? 1 : (t.threads > 0 ? t.threads : cpu_default_threads());
   const std::string name = to_string(spec);

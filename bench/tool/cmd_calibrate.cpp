@@ -22,9 +22,6 @@
 namespace gradcodec::tool {
 namespace {
 
-constexpr const char* default_codecs =
-    "minmax:bits=4,qsgd,terngrad,onebit,sign:scale=mean,topk,randomk,powersgd:rank=4,fp16";
-
 constexpr std::array calibrate_options_spec{
     option_spec{"codecs", "LIST",
                 "codec specs to measure, separated by ',' (default: the set gradcodec plan "
@@ -71,7 +68,7 @@ int run_calibrate(const parsed_args& args) {
   comm::calibrate_options opt;
   const std::vector<std::string> names = args.has("codecs")
                                              ? split_codecs(args.all("codecs"))
-                                             : split_list("--codecs", default_codecs);
+                                             : split_list("--codecs", planner_default_codecs);
   for (const std::string& n : names) opt.specs.push_back(spec_from_text("--codecs", n));
   opt.threads = static_cast<int>(args.get_u64("threads", 1));
   if (auto s = args.get("small")) opt.small_elements = parse_size(*s, "--small");

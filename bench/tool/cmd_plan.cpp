@@ -21,9 +21,6 @@
 namespace gradcodec::tool {
 namespace {
 
-constexpr const char* default_codecs =
-    "minmax:bits=4,qsgd,terngrad,onebit,sign:scale=mean,topk,randomk,powersgd:rank=4,fp16";
-
 constexpr std::array plan_options{
     option_spec{"size", "N", "elements of the bucket (f32), N or 2^K", true},
     option_spec{"ranks", "W", "ranks of the allreduce (default 2)"},
@@ -163,9 +160,7 @@ void print_table(const comm::plan_request& req, const comm::plan_result& r, bool
             << "  candidate\n";
   for (std::size_t i = 0; i < r.rows.size(); ++i) {
     const comm::candidate& c = r.rows[i].config;
-    const bool dense =
-        c.uncompressed || (c.spec.id == codec_id::bf16 && c.how == comm::strategy::dense);
-    if (!all && i >= 12 && i != r.chosen && !dense) continue;
+    if (!all && i >= 12 && i != r.chosen && !comm::is_dense(c)) continue;
     const comm::prediction& p = r.rows[i].predicted;
     std::cout << pad(i == r.chosen ? "*" : "", 2)
               << pad(strprintf("%.3f", p.total_s * 1e3), 13, true)
@@ -202,7 +197,7 @@ int run_plan(const parsed_args& args) {
   req.ranks = static_cast<int>(ranks);
   const std::vector<std::string> names = args.has("codecs")
                                              ? split_codecs(args.all("codecs"))
-                                             : split_list("--codecs", default_codecs);
+                                             : split_list("--codecs", planner_default_codecs);
   for (const std::string& n : names) req.accept.push_back(spec_from_text("--codecs", n));
   if (auto segs = args.get("segments")) {
     req.segments.clear();

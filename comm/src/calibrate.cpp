@@ -18,11 +18,11 @@
 #include "gradcodec/codec.hpp"
 #include "gradcodec/comm/allreduce.hpp"
 #include "gradcodec/comm/plan.hpp"
+#include "gradcodec/powersgd.hpp"
 #include "internal.hpp"
 
 namespace gradcodec::comm {
 
-using detail::near_square_rows;
 using detail::splitmix64;
 
 namespace {
@@ -100,7 +100,7 @@ struct op_times {
 result<op_times> time_ops(const codec_spec& spec, std::uint64_t m, const calibrate_options& opt) {
   std::vector<float> in(m), residual(m, 0.0f), out(m), acc(m, 0.0f);
   fill(in);
-  const std::uint64_t rows = spec.id == codec_id::powersgd ? near_square_rows(m) : 0;
+  const std::uint64_t rows = spec.id == codec_id::powersgd ? powersgd_square_rows(m) : 0;
   const const_tensor_view iv{in.data(), m, dtype::f32, rows};
   const tensor_view rv{residual.data(), m, dtype::f32, rows};
   const tensor_view ov{out.data(), m, dtype::f32, rows};
@@ -259,7 +259,7 @@ status measure_in_call(communicator& comm, const calibrate_options& opt, cost_pr
             false, c.spec, how, pipe, opt.in_call_segment, bounds(c.spec, 0).feedback_safe};
         allreduce_config cfg = config_of(cand);
         cfg.threads = opt.threads;
-        const std::uint64_t rows = c.spec.id == codec_id::powersgd ? near_square_rows(n) : 0;
+        const std::uint64_t rows = c.spec.id == codec_id::powersgd ? powersgd_square_rows(n) : 0;
         allreduce_state state;
         workspace ws;
         phase_times timed;

@@ -15,7 +15,6 @@ namespace gradcodec::comm {
 
 using detail::block_header;
 using detail::chunk_of;
-using detail::near_square_rows;
 using detail::padded;
 using detail::unit_of;
 
@@ -26,12 +25,6 @@ link_profile link_profile::uniform(double step_latency_s, double bytes_per_s, do
   l.overlap = overlap;
   l.burst_bytes = burst_bytes;
   return l;
-}
-
-std::uint64_t detail::near_square_rows(std::uint64_t n) noexcept {
-  auto r = static_cast<std::uint64_t>(std::sqrt(static_cast<double>(n)));
-  while (r > 1 && (r * r > n || n % r != 0)) --r;
-  return std::max<std::uint64_t>(r, 1);
 }
 
 const in_call_factor* codec_costs::factor(strategy how, bool pipeline) const noexcept {
@@ -137,7 +130,7 @@ struct segment_model {
     if (costs != nullptr && costs->frame_bytes_per_element > 0)
       return static_cast<std::uint64_t>(
           std::ceil(costs->frame_bytes_per_element * static_cast<double>(m)));
-    const std::uint64_t rows = c.spec.id == codec_id::powersgd ? near_square_rows(m) : 0;
+    const std::uint64_t rows = c.spec.id == codec_id::powersgd ? powersgd_square_rows(m) : 0;
     return encode_bound(c.spec, m, dtype::f32, rows);
   }
   [[nodiscard]] std::uint64_t block(std::uint64_t m) const {
@@ -239,7 +232,7 @@ struct segment_model {
   //! the product (its decode); sent dense when PowerSGD would not compress.
   [[nodiscard]] program powersgd_dense(std::uint64_t n) const {
     program p;
-    const std::uint64_t rows = near_square_rows(n), cols = n / rows;
+    const std::uint64_t rows = powersgd_square_rows(n), cols = n / rows;
     if (!powersgd_compresses(c.spec, rows, cols)) {
       dense_reduction(p, n);
       p.work(at(cp.copy, n));

@@ -168,10 +168,6 @@ range chunk_of(std::uint64_t len, std::uint64_t unit, int world, int c) noexcept
 //! fall on multiples of it.
 std::uint64_t unit_of(const codec_spec& spec) noexcept;
 
-//! The matrix rows the cost model and its calibration give PowerSGD for a flat bucket
-//! without tensor slots: the largest divisor of n not above sqrt(n) (a near-square matrix).
-std::uint64_t near_square_rows(std::uint64_t n) noexcept;
-
 // --- the run of one call ------------------------------------------------------------------
 
 //! One segment of the flat buffer: elements [offset, offset + len), a rows x cols matrix

@@ -14,11 +14,11 @@ namespace gradcodec::comm {
 
 using detail::unit_of;
 
-namespace {
-
 bool is_dense(const candidate& c) noexcept {
   return c.uncompressed || (c.spec.id == codec_id::bf16 && c.how == strategy::dense);
 }
+
+namespace {
 
 bool feedback_for(const plan_request& req, const codec_spec& spec) {
   return req.error_feedback.value_or(bounds(spec, 0).feedback_safe);
@@ -41,6 +41,9 @@ void add_codec(const plan_request& req, const codec_spec& spec, std::vector<cand
   for (strategy how :
        {strategy::allgather, strategy::two_phase, strategy::dense, strategy::majority_vote}) {
     if (!supported_strategies(spec.id).contains(how)) continue;
+    if (std::find(req.excluded.begin(), req.excluded.end(), std::pair{spec.id, how}) !=
+        req.excluded.end())
+      continue;
     if (spec.id == codec_id::powersgd) {  // one segment per tensor: nothing to pipeline
       out.push_back({false, spec, how, false, 0, ef});
       continue;

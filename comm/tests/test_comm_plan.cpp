@@ -16,6 +16,7 @@
 #include "gradcodec/comm/calibrate.hpp"
 #include "gradcodec/comm/plan.hpp"
 #include "gradcodec/comm/thread_communicator.hpp"
+#include "gradcodec/powersgd.hpp"
 
 namespace {
 
@@ -115,10 +116,8 @@ TEST(CostModel, WireBytesAndCollectivesMatchTheStrategies) {
         std::vector<std::uint64_t> wire(static_cast<std::size_t>(world)),
             calls(static_cast<std::size_t>(world));
         // PowerSGD factorises the flat bucket as the model does: a near-square matrix.
-        std::uint64_t rows = 0;
-        if (c.spec.id == gc::codec_id::powersgd)
-          for (std::uint64_t d = 1; d * d <= n; ++d)
-            if (n % d == 0) rows = d;
+        const std::uint64_t rows =
+            c.spec.id == gc::codec_id::powersgd ? gc::powersgd_square_rows(n) : 0;
         auto st = gcc::run_threads(world, [&](gcc::communicator& inner) -> status {
           counting_communicator comm(inner);
           gcc::allreduce_config cfg = gcc::config_of(c);
@@ -302,6 +301,32 @@ TEST(Plan, EveryCandidateRuns) {
     });
     EXPECT_TRUE(all_ok(st)) << messages(st);
   }
+}
+
+TEST(Plan, ExcludedConfigurationsAreNeverCandidates) {
+  gcc::plan_request req;
+  req.elements = 1 << 20;
+  req.ranks = 4;
+  req.accept = {spec("minmax:bits=4"), spec("threshold")};
+  req.excluded = {{gc::codec_id::threshold, gcc::strategy::two_phase},
+                  {gc::codec_id::minmax, gcc::strategy::allgather}};
+  auto planned = gcc::plan(
+      req, hand_profile({spec("minmax:bits=4"), spec("threshold"), spec("bf16")}, 12.5e6));
+  ASSERT_TRUE(planned.ok()) << planned.error().message();
+  std::size_t threshold_rows = 0, minmax_rows = 0;
+  for (const gcc::plan_row& r : planned.value().rows) {
+    if (r.config.uncompressed) continue;
+    if (r.config.spec.id == gc::codec_id::threshold) {
+      ++threshold_rows;
+      EXPECT_NE(r.config.how, gcc::strategy::two_phase);
+    }
+    if (r.config.spec.id == gc::codec_id::minmax) {
+      ++minmax_rows;
+      EXPECT_NE(r.config.how, gcc::strategy::allgather);
+    }
+  }
+  EXPECT_GT(threshold_rows, 0u);  // the rest of each codec stays
+  EXPECT_GT(minmax_rows, 0u);
 }
 
 TEST(Plan, RefusesBadRequests) {

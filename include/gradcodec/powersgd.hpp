@@ -36,6 +36,11 @@ namespace gradcodec {
 //! rows*cols > min_rate*(rows+cols)*r in double, and never for rows <= 1 or cols <= 1.
 bool powersgd_compresses(const codec_spec& spec, std::uint64_t rows, std::uint64_t cols) noexcept;
 
+//! The rows of the near-square matrix a flat tensor of n elements is given when nothing
+//! names its shape (the benchmarks, the cost model and its calibration): the largest divisor
+//! of n not above sqrt(n), at least 1.
+std::uint64_t powersgd_square_rows(std::uint64_t n) noexcept;
+
 //! The effective rank: min(spec.rank, rows, cols).
 std::uint32_t powersgd_rank(const codec_spec& spec, std::uint64_t rows,
                             std::uint64_t cols) noexcept;

@@ -49,8 +49,8 @@ def load_profile(profile: Any) -> str:
 
 
 def hook_strategy(row: Dict[str, Any], allowed) -> Optional[str]:
-    """The hook's strategy for a planned row, or None when the hook cannot run it;
-    "uncompressed" for the float32 mean. `allowed(codec, strategy)` is the hook's check."""
+    """The hook's strategy for a planned row ("uncompressed" for the float32 mean), or None
+    when the hook cannot run it. `allowed(codec, strategy)` is the hook's check."""
     if row["uncompressed"]:
         return "uncompressed"
     codec = _gc.Codec(row["spec"])
@@ -93,29 +93,23 @@ class Planner:
                                      in_call_segment=0)
 
     def choose(self, index: int, numel: int, world: int, allowed) -> Dict[str, Any]:
-        """The plan of a bucket: the chosen row, the hook's strategy for it, the reason."""
+        """The plan of a bucket: the chosen row, the hook's strategy for it, the reason.
+        The library's strategies the hook has no path for are excluded from the plan."""
         key = (index, numel)
         if key in self.plans:
             return self.plans[key]
+        excluded = [(c.name, ours) for c in self.candidates + [_gc.Codec("bf16")]
+                    for ours, theirs in _HOOK_STRATEGY.items()
+                    if c.name != "powersgd" and not allowed(c, theirs)]
         planned = _gc.plan(self.profile, numel, world, [c.spec for c in self.candidates],
-                               segments=[0], margin=self.margin, try_pipelining=False,
-                               transport_allreduce=True)
+                           segments=[0], margin=self.margin, try_pipelining=False,
+                           transport_allreduce=True, exclude=excluded)
         rows = planned["rows"]
-        runnable = [(r, hook_strategy(r, allowed)) for r in rows]
-        runnable = [(r, s) for r, s in runnable if s is not None]
-        dense = [(r, s) for r, s in runnable if s == "uncompressed" or
-                 (r["spec"].startswith("bf16") and s == "dense")]
-        row, strategy = runnable[0]
-        reason = planned["reason"]
-        if rows[planned["chosen"]] is not row:
-            best_dense = dense[0][0]
-            if (row, strategy) not in dense and \
-                    row["total_s"] > (1 - self.margin) * best_dense["total_s"]:
-                row, strategy = dense[0]
-            reason = (f"{row['candidate']}: the fastest the hook runs "
-                      f"({row['total_s'] * 1e3:.3g} ms predicted)")
+        row = rows[planned["chosen"]]
+        strategy = hook_strategy(row, allowed)
+        assert strategy is not None, row  # everything else was excluded
         plan = {"bucket": index, "elements": numel, "row": row, "strategy": strategy,
-                "reason": reason, "alternatives": [r for r, _ in runnable[:4]],
+                "reason": planned["reason"], "alternatives": rows[:4],
                 "ratio": None, "measured_s": None}
         self.plans[key] = plan
         return plan

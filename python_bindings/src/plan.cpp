@@ -3,6 +3,8 @@
 //! The planner from Python (gradcodec/comm/plan.hpp, calibrate.hpp): calibrate over a
 //! Communicator, the codec costs of this process alone, and plan() on a profile given as
 //! its JSON text. gradcodec.torch's HookState(spec="auto") is built on these.
+#include <nanobind/stl/pair.h>
+
 #include <string>
 #include <vector>
 
@@ -105,7 +107,8 @@ void register_plan(nb::module_& m) {
       [](const std::string& profile_json, std::uint64_t elements, int ranks,
          const std::vector<nb::object>& accept, const std::vector<std::uint64_t>& segments,
          double margin, bool try_pipelining, bool transport_allreduce,
-         std::optional<bool> error_feedback) {
+         std::optional<bool> error_feedback,
+         const std::vector<std::pair<std::string, std::string>>& exclude) {
         const gcc::cost_profile profile = unwrap(gcc::profile_from_json(profile_json));
         gcc::plan_request req;
         req.elements = elements;
@@ -116,6 +119,9 @@ void register_plan(nb::module_& m) {
         req.try_pipelining = try_pipelining;
         req.transport_allreduce = transport_allreduce;
         req.error_feedback = error_feedback;
+        for (const auto& [codec, how] : exclude)
+          req.excluded.emplace_back(unwrap(codec_from_name(codec)),
+                                    unwrap(gcc::strategy_from_name(how)));
         const gcc::plan_result r = unwrap(gcc::plan(req, profile));
         nb::list rows;
         for (const gcc::plan_row& row : r.rows) rows.append(row_dict(row));
@@ -130,6 +136,7 @@ void register_plan(nb::module_& m) {
       nb::arg("segments") = std::vector<std::uint64_t>{0}, nb::arg("margin") = 0.05,
       nb::arg("try_pipelining") = false, nb::arg("transport_allreduce") = false,
       nb::arg("error_feedback") = nb::none(),
+      nb::arg("exclude") = std::vector<std::pair<std::string, std::string>>{},
       "Every candidate predicted (fastest first) and the choice (docs/planner.md): a dict "
       "with rows, chosen, best_dense and reason.");
 }

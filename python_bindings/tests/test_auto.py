@@ -3,6 +3,7 @@
 slow one, dense on a fast one), every rank makes the same plan, the calibration runs over
 the process group, the uncompressed choice is DDP's mean, and the state checkpoints."""
 
+import contextlib
 import datetime
 import json
 import os
@@ -52,6 +53,17 @@ def train(state, rank, steps=3):
     return net, [p.grad.clone() for p in net.parameters()]
 
 
+@contextlib.contextmanager
+def gloo_group(rank, world, init_file):
+    """The default process group of one rank of a test, destroyed on the way out."""
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
+                            world_size=world, timeout=TIMEOUT)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 def gathered(obj):
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
@@ -64,9 +76,7 @@ def agreed(report):
 
 
 def choices_worker(rank, world, init_file, slow, fast):
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
-                            world_size=world, timeout=TIMEOUT)
-    try:
+    with gloo_group(rank, world, init_file):
         slow_state = gct.HookState("auto", candidates=CANDIDATES, profile=slow)
         train(slow_state, rank)
         report = slow_state.plan_report()
@@ -92,8 +102,6 @@ def choices_worker(rank, world, init_file, slow, fast):
         again.load_state_dict(saved)
         assert again.plan_report() == slow_state.plan_report()
         assert again.step == slow_state.step
-    finally:
-        dist.destroy_process_group()
 
 
 def test_auto_follows_the_link_and_every_rank_plans_the_same():
@@ -105,14 +113,10 @@ def test_auto_follows_the_link_and_every_rank_plans_the_same():
 
 
 def calibrate_worker(rank, world, init_file, queue):
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
-                            world_size=world, timeout=TIMEOUT)
-    try:
+    with gloo_group(rank, world, init_file):
         state = gct.HookState("auto", candidates=["minmax:bits=4"])
         train(state, rank, steps=2)
         queue.put((rank, state._auto.profile, agreed(state.plan_report())))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_auto_calibrates_over_the_process_group():
@@ -132,9 +136,7 @@ def test_auto_calibrates_over_the_process_group():
 
 
 def replan_worker(rank, world, init_file, fast):
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
-                            world_size=world, timeout=TIMEOUT)
-    try:
+    with gloo_group(rank, world, init_file):
         # The profile promises a link with no cost: the uncompressed mean is predicted to
         # take microseconds and takes milliseconds, so its drift must be agreed and acted on.
         state = gct.HookState("auto", candidates=CANDIDATES, profile=fast, replan_every=2)
@@ -147,8 +149,6 @@ def replan_worker(rank, world, init_file, fast):
         report = agreed(state.plan_report())
         assert all(r == report for r in gathered(report))
         assert all(r["measured_s"] and r["measured_s"] > 0 for r in state.plan_report())
-    finally:
-        dist.destroy_process_group()
 
 
 def test_auto_replans_the_buckets_whose_time_drifts_from_the_prediction():
@@ -159,9 +159,7 @@ def test_auto_replans_the_buckets_whose_time_drifts_from_the_prediction():
 
 
 def outer_worker(rank, world, init_file, slow, fast):
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
-                            world_size=world, timeout=TIMEOUT)
-    try:
+    with gloo_group(rank, world, init_file):
         net = model()
         slow_sync = gct.OuterSync(net, spec="auto", candidates=CANDIDATES, profile=slow,
                                   sync_every=2)
@@ -179,8 +177,6 @@ def outer_worker(rank, world, init_file, slow, fast):
         assert all(torch.equal(g, o) for o in gathered(g))
         plans = gathered((slow_sync.plan["row"]["candidate"], fast_sync.plan["row"]["candidate"]))
         assert all(p == plans[0] for p in plans)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_outer_sync_auto_chooses_the_pseudo_gradients_codec():

@@ -72,9 +72,7 @@ const char* const kSpecs[] = {
 }  // namespace
 
 TEST(CudaFusedKernel, EncodeAndDecodeAccumulateMatchTheLibrary) {
-  if (!have_gpu())
-    GTEST_SKIP() << "the fused-kernel test needs a GPU: "
-                 << gc::backend_unavailable_reason(gc::backend::cuda);
+  SKIP_WITHOUT_GPU();
   const gc::context ctx{1234, 77, 5};
   for (const char* text : kSpecs)
     for (std::size_t n : {1u, 7u, 4097u, (1u << 20) + 3u}) {

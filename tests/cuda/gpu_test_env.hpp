@@ -19,11 +19,12 @@ namespace gradcodec::test {
 
 inline bool have_gpu() { return gradcodec::backend_available(gradcodec::backend::cuda); }
 
-//! The first line of every CUDA backend test: skip, with the runtime's own reason (a
-//! driver older than the runtime is not "no GPU"), where no GPU is usable.
-#define SKIP_WITHOUT_GPU()                          \
-  if (!::gradcodec::test::have_gpu())               \
-  GTEST_SKIP() << "CUDA backend tests need a GPU: " \
+//! The first line of every CUDA test (backend, PowerSGD phases, fused kernels): skip, with
+//! the runtime's own reason (a driver older than the runtime is not "no GPU"), where no GPU
+//! is usable.
+#define SKIP_WITHOUT_GPU()                      \
+  if (!::gradcodec::test::have_gpu())           \
+  GTEST_SKIP() << "the CUDA tests need a GPU: " \
                << ::gradcodec::backend_unavailable_reason(::gradcodec::backend::cuda)
 
 inline std::size_t max_n() {

@@ -113,9 +113,7 @@ void check_phases(matrix_shape sh, gc::dtype grad_type, gc::dtype out_type, int 
 }
 
 TEST(CudaPowersgdPhases, MatchTheHostPhases) {
-  if (!have_gpu())
-    GTEST_SKIP() << "the PowerSGD phase test needs a GPU: "
-                 << gradcodec::backend_unavailable_reason(gradcodec::backend::cuda);
+  SKIP_WITHOUT_GPU();
   const matrix_shape shapes[] = {
       {3, 5, 2}, {40, 50, 4}, {257, 129, 8}, {64, 4097, 1}, {1000, 999, 4}};
   for (const matrix_shape& sh : shapes) {
@@ -130,9 +128,7 @@ TEST(CudaPowersgdPhases, MatchTheHostPhases) {
 // Many layers at once: 70 matrices of mixed shapes (two launches of up to 64) in one
 // device buffer, against the host batch; then Q = M^T P of one layer by project_q.
 TEST(CudaPowersgdPhases, BatchedOrthogonalizationMatchesTheHost) {
-  if (!have_gpu())
-    GTEST_SKIP() << "the PowerSGD phase test needs a GPU: "
-                 << gradcodec::backend_unavailable_reason(gradcodec::backend::cuda);
+  SKIP_WITHOUT_GPU();
   gc::codec_spec spec = gc::make_spec(gc::codec_id::powersgd);
   std::vector<std::uint64_t> rows, at;
   std::vector<std::uint32_t> ranks;
@@ -176,9 +172,7 @@ TEST(CudaPowersgdPhases, BatchedOrthogonalizationMatchesTheHost) {
 }
 
 TEST(CudaPowersgdPhases, BadCallsAreRefusedBeforeAnythingIsQueued) {
-  if (!have_gpu())
-    GTEST_SKIP() << "the PowerSGD phase test needs a GPU: "
-                 << gradcodec::backend_unavailable_reason(gradcodec::backend::cuda);
+  SKIP_WITHOUT_GPU();
   gc::codec_spec spec = gc::make_spec(gc::codec_id::powersgd);
   spec.rank = 2;
   const std::uint64_t rows = 8, cols = 6, n = rows * cols;

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gradcodec/comm/allreduce.hpp"
@@ -42,6 +43,9 @@ struct plan_request {
   //! Every candidate's dense reductions by the transport's allreduce (candidate::
   //! transport_allreduce): the DDP hook's paths.
   bool transport_allreduce = false;
+  //! (codec, strategy) pairs the caller cannot run, never candidates (the DDP hook has no
+  //! two_phase for threshold's variable-size frames).
+  std::vector<std::pair<codec_id, strategy>> excluded;
 };
 
 struct plan_row {
@@ -59,6 +63,10 @@ struct plan_result {
   //! The chosen candidate as an allreduce configuration (other fields at their defaults).
   [[nodiscard]] allreduce_config config() const;
 };
+
+//! Whether a candidate is one of the dense ones the margin protects: the uncompressed mean
+//! or bf16 with the dense strategy.
+bool is_dense(const candidate& c) noexcept;
 
 //! A candidate as an allreduce configuration (the other fields at their defaults).
 allreduce_config config_of(const candidate& c);
