@@ -173,7 +173,7 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
     steps = task.steps(world)
     failure = None
     last_bytes = 0.0
-    step_bytes = 0.0
+    step_bytes: List[float] = []  # what the hook or the outer loop sent in each step
     dist.barrier()
     start = time.perf_counter()
     done = 0
@@ -203,7 +203,7 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
             step_seconds.append(time.perf_counter() - began)
             counter = state if state is not None else outer
             if counter is not None:
-                step_bytes = counter.bytes_sent - last_bytes
+                step_bytes.append(counter.bytes_sent - last_bytes)
                 last_bytes = counter.bytes_sent
             if not math.isfinite(float(loss)):
                 failure = f"loss not finite at step {step}"
@@ -234,7 +234,9 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
         steady = sent / max(done, 1)  # syncs every H steps: the mean is the steady rate
     elif state is not None:
         sent = float(state.bytes_sent)
-        steady = step_bytes
+        # A typical step: the median, since a data-dependent codec's bytes follow the
+        # gradient's magnitude through the run (threshold sends less as training settles).
+        steady = statistics.median(step_bytes or [0.0])
     else:
         steady = _ring_allreduce_bytes(4 * torch_elements, world)
         warm = min(done, _TORCH_POWERSGD_WARMUP) if spec and spec.startswith("powersgd") else 0

@@ -28,11 +28,11 @@ constexpr std::array dgc_params{
                "fraction of elements sampled to estimate the threshold"},
     p_nonfinite};
 constexpr std::array randomk_params{
-    param_info{"ratio", "0.01", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
+    param_info{"ratio", "0.5", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
     param_info{"unbiased", "0", "0|1", "scale each kept value by its stratum size (unbiased)"},
     p_nonfinite};
 constexpr std::array threshold_params{
-    param_info{"tau", "0.001", ">= 0", "keep elements with |x| >= tau"},
+    param_info{"tau", "0.005", ">= 0", "keep elements with |x| >= tau"},
     param_info{"cap", "0", ">= 0", "keep at most cap elements (the largest); 0 = no cap"},
     p_nonfinite};
 constexpr std::array qsgd_params{
@@ -223,6 +223,8 @@ codec_spec make_spec(codec_id id) noexcept {
       s.rounding = rounding_mode::stochastic;
       s.norm = norm_kind::max;
       break;
+    case codec_id::randomk: s.ratio = 0.5; break;
+    case codec_id::threshold: s.tau = 0.005f; break;
     case codec_id::terngrad: s.clip = 2.5f; break;
     case codec_id::onebit: s.bucket = 128; break;
     case codec_id::sign:

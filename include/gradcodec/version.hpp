@@ -4,9 +4,9 @@
 #pragma once
 
 #define GRADCODEC_VERSION_MAJOR 0
-#define GRADCODEC_VERSION_MINOR 2
+#define GRADCODEC_VERSION_MINOR 3
 #define GRADCODEC_VERSION_PATCH 0
 
 namespace gradcodec {
-inline constexpr const char* version_string = "0.2.0";
+inline constexpr const char* version_string = "0.3.0";
 }  // namespace gradcodec

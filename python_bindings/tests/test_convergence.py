@@ -27,16 +27,10 @@ CODECS = ["topk", "dgc", "randomk", "threshold", "qsgd", "terngrad", "minmax", "
 
 # (task, codec) -> what was measured (docs/python.md, "Convergence").
 KNOWN_GAPS = {
-    ("digits", "randomk"): "random-k at 1 % with error feedback delays each element ~100 "
-                           "steps: 9.7 % (10 % with momentum correction, 96.1 % at ratio 0.5)",
-    ("chars", "randomk"): "+35.7 %",
-    ("chars", "topk"): "AdamW normalises the sparse, delayed updates: +9.1 % (+5.5 % with "
-                       "20 dense warm-up steps, +2.0 % at ratio 0.1)",
+    ("chars", "topk"): "sparsity, not the optimizer: +9.1 %, and +7.2 % with Adam's second "
+                       "moment taken from the dense mean gradient (+2.0 % at ratio 0.1)",
     ("chars", "dgc"): "as top-k, +9.1 %",
 }
-# The threshold's tau is absolute: on the transformer's gradients 1e-3 keeps most elements
-# and its index + value pairs, all-gathered, outweigh a dense allreduce.
-SENDS_MORE = {("chars", "threshold")}
 
 
 def load_example(name):
@@ -59,12 +53,11 @@ def check(task_name, results, base_ok, within):
         r = results[codec]
         assert r["failure"] is None, f"{task_name} {codec}: {r['failure']}"
         # Warm-up or dense fallbacks may not eat the saving: the whole run saves at least
-        # half of what a steady step saves.
+        # half of what a typical (median) step saves.
         run_ratio = r["dense_bytes_per_step"] / r["bytes_per_step"]
         steady_ratio = r["dense_bytes_per_step"] / r["steady_bytes_per_step"]
         assert run_ratio >= 0.5 * steady_ratio, (task_name, codec, run_ratio, steady_ratio)
-        if (task_name, codec) not in SENDS_MORE:
-            assert r["bytes_per_step"] < base["bytes_per_step"], (task_name, codec)
+        assert r["bytes_per_step"] < base["bytes_per_step"], (task_name, codec)
         if (task_name, codec) in KNOWN_GAPS:
             why = KNOWN_GAPS[task_name, codec]
             print(f"known gap, {task_name} {codec}: {r['quality']} ({why})")
