@@ -168,11 +168,22 @@ TEST(CudaExpectedDecode, IsCapturableInAGraph) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     o.workspace = {d_ws.ptr, ws};
     o.stream = s;
+    auto decode = [&] {
+      return gc::decode_accumulate_expected(expected, {d_frame.ptr, longest},
+                                            {d_out.ptr, n, gc::dtype::f32, 17}, 0.5f,
+                                            reinterpret_cast<gc::frame_verdict*>(d_verdict.ptr), o);
+    };
+    // Once before capturing, on a real frame: under lazy module loading (CUDA's default) a
+    // kernel's first launch loads its module, which must not happen inside a capture
+    // (docs/cuda.md). The replays below reset the output first.
+    ASSERT_EQ(
+        cudaMemcpyAsync(d_frame.ptr, frames[0].data(), frames[0].size(), cudaMemcpyHostToDevice, s),
+        cudaSuccess);
+    ASSERT_TRUE(decode().ok());
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
     cudaGraph_t graph = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const gc::status st = gc::decode_accumulate_expected(
-        expected, {d_frame.ptr, longest}, {d_out.ptr, n, gc::dtype::f32, 17}, 0.5f,
-        reinterpret_cast<gc::frame_verdict*>(d_verdict.ptr), o);
+    const gc::status st = decode();
     ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
     ASSERT_TRUE(st.ok()) << st.message();
     cudaGraphExec_t exec = nullptr;
