@@ -142,11 +142,13 @@ struct bucket_coder {
     }
     return c;
   }
-  __device__ std::uint32_t code(const frame_shape& f, float v, std::uint64_t i) const {
-    const bool random =
-        f.codec == codec_id::terngrad ||
-        (f.stochastic && (f.codec == codec_id::qsgd || f.codec == codec_id::minmax));
-    const float u = random ? blocks::uniform01(f.rng.at(blocks::rng_stream::rounding, i)) : 0.0f;
+  //! Whether the codes draw a rounding number (u below): stochastic rounding, TernGrad.
+  __device__ static bool random(const frame_shape& f) {
+    return f.codec == codec_id::terngrad ||
+           (f.stochastic && (f.codec == codec_id::qsgd || f.codec == codec_id::minmax));
+  }
+  //! The code of value v; u is uniform01 of the element's rounding number (0 if not random).
+  __device__ std::uint32_t code(const frame_shape& f, float v, float u) const {
     switch (f.codec) {
       case codec_id::qsgd: return q.code(v, f.stochastic, u);
       case codec_id::terngrad: return t.code(v, u);
@@ -156,18 +158,22 @@ struct bucket_coder {
   }
 };
 
-//! Thread per group of 32 elements: `bits` words of the code stream, padding included.
+//! Thread per group of 32 elements: `bits` words of the code stream, padding included. A
+//! Philox block gives four consecutive elements their rounding numbers (blocks::counter_rng:
+//! number i is lane i % 4 of block i / 4), so a group draws eight blocks, not 32.
 __global__ void codes_kernel(frame_shape f, input in, std::uint8_t* payload) {
   const float* scales = reinterpret_cast<const float*>(payload + f.layout.scales_offset);
   auto* words = reinterpret_cast<std::uint32_t*>(payload + f.layout.codes_offset);
   const std::uint64_t word_count = (f.layout.total - f.layout.codes_offset) / 4;
   const std::uint64_t groups = (word_count + f.bits - 1) / f.bits;
+  const bool random = bucket_coder::random(f);
   for (std::uint64_t g = thread_index(); g < groups; g += thread_stride()) {
     std::uint32_t codes[32];
     std::uint64_t b = (32 * g) / f.bucket;
     std::uint64_t next = (b + 1) * f.bucket;
     bucket_coder coder{};
     if (32 * g < f.n) coder = bucket_coder::of(f, scales + b * f.per);  // else padding words
+    blocks::philox_block draws{};
     for (int k = 0; k < 32; ++k) {
       const std::uint64_t i = 32 * g + static_cast<std::uint64_t>(k);
       codes[k] = 0;
@@ -177,7 +183,9 @@ __global__ void codes_kernel(frame_shape f, input in, std::uint8_t* payload) {
         next += f.bucket;
         coder = bucket_coder::of(f, scales + b * f.per);
       }
-      codes[k] = coder.code(f, in(i), i);
+      if (random && (k & 3) == 0) draws = f.rng.block(blocks::rng_stream::rounding, i >> 2);
+      const float u = random ? blocks::uniform01(draws.v[k & 3]) : 0.0f;
+      codes[k] = coder.code(f, in(i), u);
     }
     std::uint32_t packed[8];
     blocks::pack32(codes, f.bits, packed);
