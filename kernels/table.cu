@@ -50,6 +50,25 @@ bool owns(const void* p) noexcept {
 
 bool device_only(const void* p) noexcept { return memory_type(p) == cudaMemoryTypeDevice; }
 
+int device_of(const void* p) noexcept {
+  if (p == nullptr) return -1;
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return a.type == cudaMemoryTypeDevice ? a.device : -1;
+}
+
+int current_device() noexcept {
+  int d = -1;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return d;
+}
+
 //! One small device-to-host copy and a wait on the caller's stream: the front end checks
 //! the header on the host before it launches anything.
 result<frame_header> read_header(const_bytes frame, void* stream) noexcept {
@@ -67,7 +86,7 @@ status check_header(const frame_header& expected, const_bytes frame, frame_verdi
   return cuda::check_header(expected, frame.data(), frame.size(), verdict, stream);
 }
 
-const device_access access{owns, device_only, read_header, check_header};
+const device_access access{owns, device_only, device_of, current_device, read_header, check_header};
 
 constexpr codec_ops bucketed{cuda::bucketed_workspace, cuda::bucketed_encode, cuda::bucketed_decode,
                              cuda::bucketed_encode_feedback};

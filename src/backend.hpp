@@ -81,6 +81,11 @@ struct device_access {
   bool (*owns)(const void* p) noexcept;
   //! Whether `p` is device memory the host cannot dereference (managed memory it can).
   bool (*device_only)(const void* p) noexcept;
+  //! The device that holds `p` when it is device-only memory, else -1 (host memory, and
+  //! managed memory, which every device reaches).
+  int (*device_of)(const void* p) noexcept;
+  //! The calling thread's current device, where the backend launches (-1 if unknown).
+  int (*current_device)() noexcept;
   //! Reads and checks a frame's header (gradcodec::peek on a copy of its first bytes).
   result<frame_header> (*read_header)(const_bytes frame, void* stream) noexcept;
   //! Launches blocks::check_expected_header on the frame, writing *verdict (device memory),
@@ -127,10 +132,14 @@ struct backend_table {
 using named_buffers = std::initializer_list<std::pair<const void*, const char*>>;
 
 //! Where a call's buffers must live. On a device backend (`on_device`) each must be memory
-//! that backend works on; on a host backend none may be device-only memory (host code
-//! would fault on it; the automatic choice looks at one pointer only). `who` starts the
-//! message, e.g. "powersgd".
+//! that backend works on, and device-only memory must be on the current device (launches
+//! go there; another device's memory would fault); on a host backend none may be
+//! device-only memory (host code would fault on it; the automatic choice looks at one
+//! pointer only). `who` starts the message, e.g. "powersgd".
 status check_buffer_memory(bool on_device, named_buffers buffers, std::string_view who);
+//! The same against a given device backend's memory services (null: no device backend).
+status check_buffer_memory(const device_access* device, bool on_device, named_buffers buffers,
+                           std::string_view who);
 
 const backend_table& reference_backend() noexcept;
 //! Null when the backend is not built (or, for CUDA, no device is present).

@@ -23,16 +23,40 @@ namespace detail {
 
 status check_buffer_memory(bool on_device, named_buffers buffers, std::string_view who) {
   const backend_table* g = cuda_backend();
-  if (g == nullptr || g->device == nullptr) return {};  // no device: all memory is host's
+  return check_buffer_memory(g != nullptr ? g->device : nullptr, on_device, buffers, who);
+}
+
+status check_buffer_memory(const device_access* device, bool on_device, named_buffers buffers,
+                           std::string_view who) {
+  if (device == nullptr) return {};  // no device: all memory is host's
   for (const auto& [ptr, what] : buffers) {
     if (ptr == nullptr) continue;
-    if (on_device && !g->device->owns(ptr))
-      return {status_code::invalid_argument,
-              std::string(who)
-                  .append(" on cuda: the ")
-                  .append(what)
-                  .append(" is not device memory (cudaMalloc or managed)")};
-    if (!on_device && g->device->device_only(ptr))
+    if (on_device) {
+      // Device-only memory answers with its device; anything else must be managed memory.
+      if (const int held = device->device_of(ptr); held >= 0) {
+        const int current = device->current_device();
+        if (current >= 0 && held != current)
+          return {status_code::invalid_argument, std::string(who)
+                                                     .append(" on cuda: the ")
+                                                     .append(what)
+                                                     .append(" is on cuda:")
+                                                     .append(std::to_string(held))
+                                                     .append(" but the current device is cuda:")
+                                                     .append(std::to_string(current))
+                                                     .append(" (call cudaSetDevice(")
+                                                     .append(std::to_string(held))
+                                                     .append(") first)")};
+        continue;
+      }
+      if (!device->owns(ptr))
+        return {status_code::invalid_argument,
+                std::string(who)
+                    .append(" on cuda: the ")
+                    .append(what)
+                    .append(" is not device memory (cudaMalloc or managed)")};
+      continue;
+    }
+    if (device->device_only(ptr))
       return {
           status_code::invalid_argument,
           std::string(who)

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda_device_scope.hpp"
 #include "cuda_memory.hpp"
 #include "element_ops.hpp"
 
@@ -62,25 +63,6 @@ __global__ void accumulate_kernel(const void* v, dtype type, std::uint64_t n, fl
        j += std::uint64_t{gridDim.x} * blockDim.x)
     acc[j] = accumulated(j < split ? alpha_lo : alpha_hi, load_value(v, type, j), acc[j]);
 }
-
-//! Makes `device` current for a scope (the caller's thread may have another current).
-class device_scope {
- public:
-  explicit device_scope(int device) {
-    if (cudaGetDevice(&previous_) == cudaSuccess && previous_ != device &&
-        cudaSetDevice(device) == cudaSuccess)
-      switched_ = true;
-  }
-  ~device_scope() {
-    if (switched_) (void)cudaSetDevice(previous_);
-  }
-  device_scope(const device_scope&) = delete;
-  device_scope& operator=(const device_scope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool switched_ = false;
-};
 
 void release_device(void* p) noexcept { (void)cudaFree(p); }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "cuda_device_scope.hpp"
 #if defined(GRADCODEC_NCCL_DEVICE_MEMORY)
 #include "cuda_memory.hpp"
 #endif
@@ -47,6 +48,23 @@ const std::byte* at(const void* p, std::uint64_t off) {
 }
 std::byte* at(void* p, std::uint64_t off) { return static_cast<std::byte*>(p) + off; }
 
+//! NCCL takes at most 2048 operations between ncclGroupStart and ncclGroupEnd; half of it
+//! leaves room for a caller's enclosing group.
+constexpr int max_group_ops = 1024;
+
+//! Waits until `comm` is no longer in progress (a non-blocking communicator's enqueue, group
+//! end or split returns ncclInProgress: NCCL's documented way on is to poll its
+//! asynchronous state); the call's own result otherwise.
+ncclResult_t settled(ncclComm_t comm, ncclResult_t r) {
+  while (r == ncclInProgress) {
+    ncclResult_t state = ncclSuccess;
+    if (ncclResult_t q = ncclCommGetAsyncError(comm, &state); q != ncclSuccess) return q;
+    r = state;
+    if (r == ncclInProgress) std::this_thread::yield();
+  }
+  return r;
+}
+
 }  // namespace
 
 status nccl_communicator::nccl_failed(ncclResult_t r, std::string_view call) const {
@@ -68,18 +86,21 @@ status nccl_communicator::create(ncclComm_t comm, cudaStream_t stream, bool owne
     return c->nccl_failed(r, "ncclCommUserRank");
   if (ncclResult_t r = ncclCommCount(comm, &c->size_); r != ncclSuccess)
     return c->nccl_failed(r, "ncclCommCount");
-  if (cudaError_t e = cudaMalloc(&c->scratch_, 4); e != cudaSuccess)
-    return cuda_failed(e, "cudaMalloc");
-#if defined(GRADCODEC_NCCL_DEVICE_MEMORY)
-  int device = 0;
-  if (ncclResult_t r = ncclCommCuDevice(comm, &device); r != ncclSuccess)
+  if (ncclResult_t r = ncclCommCuDevice(comm, &c->device_); r != ncclSuccess)
     return c->nccl_failed(r, "ncclCommCuDevice");
+  {
+    const detail::device_scope on(c->device_);  // the scratch lives on comm's device
+    if (cudaError_t e = cudaMalloc(&c->scratch_, 4); e != cudaSuccess)
+      return cuda_failed(e, "cudaMalloc");
+  }
+#if defined(GRADCODEC_NCCL_DEVICE_MEMORY)
   // The buffer services wait like wait() does: polling, with asynchronous errors seen.
-  c->memory_ = std::make_unique<detail::cuda_memory>(stream, device, [raw = c.get()]() -> status {
-    request req;
-    if (auto st = raw->track(req); !st.ok()) return st;
-    return raw->wait(req);
-  });
+  c->memory_ =
+      std::make_unique<detail::cuda_memory>(stream, c->device_, [raw = c.get()]() -> status {
+        request req;
+        if (auto st = raw->track(req); !st.ok()) return st;
+        return raw->wait(req);
+      });
 #endif
   c->owned_ = owned;
   out = std::move(c);
@@ -104,6 +125,9 @@ nccl_communicator::~nccl_communicator() {
 }
 
 status nccl_communicator::track(request& req) {
+  // Events belong to the device current at their creation and must be recorded on a stream
+  // of that device: comm's.
+  const detail::device_scope on(device_);
   cudaEvent_t ev = nullptr;
   if (!spare_.empty()) {
     ev = spare_.back();
@@ -127,7 +151,8 @@ status nccl_communicator::iallgather(const void* send, std::uint64_t send_bytes,
   req = request{};
   if (!broken_.ok()) return broken_;
   if (send_bytes == 0) return track(req);  // nothing to move: NCCL is not asked
-  if (ncclResult_t r = ncclAllGather(send, recv, send_bytes, ncclUint8, comm_, stream_);
+  if (ncclResult_t r =
+          settled(comm_, ncclAllGather(send, recv, send_bytes, ncclUint8, comm_, stream_));
       r != ncclSuccess)
     return nccl_failed(r, "ncclAllGather");
   return track(req);
@@ -138,19 +163,27 @@ status nccl_communicator::iallgatherv(const void* send, std::uint64_t send_bytes
   req = request{};
   if (!broken_.ok()) return broken_;
   if (auto st = check_allgatherv(send_bytes, recv_bytes); !st.ok()) return st;
-  if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess) return nccl_failed(r, "ncclGroupStart");
+  // One broadcast per rank with bytes, in groups of at most max_group_ops: every rank has
+  // the same recv_bytes, so every rank closes its groups after the same broadcasts.
   std::uint64_t off = 0;
-  ncclResult_t first = ncclSuccess;
-  for (int root = 0; root < size_; ++root) {
-    const std::uint64_t b = recv_bytes[static_cast<std::size_t>(root)];
-    if (b > 0 && first == ncclSuccess)
-      first = ncclBroadcast(root == rank_ ? send : at(recv, off), at(recv, off), b, ncclUint8, root,
-                            comm_, stream_);
-    off += b;
+  int root = 0;
+  while (root < size_) {
+    if (ncclResult_t r = ncclGroupStart(); r != ncclSuccess)
+      return nccl_failed(r, "ncclGroupStart");
+    ncclResult_t first = ncclSuccess;
+    for (int ops = 0; root < size_ && ops < max_group_ops; ++root) {
+      const std::uint64_t b = recv_bytes[static_cast<std::size_t>(root)];
+      if (b > 0 && first == ncclSuccess) {
+        first = ncclBroadcast(root == rank_ ? send : at(recv, off), at(recv, off), b, ncclUint8,
+                              root, comm_, stream_);
+        ++ops;
+      }
+      off += b;
+    }
+    const ncclResult_t end = settled(comm_, ncclGroupEnd());
+    if (first != ncclSuccess) return nccl_failed(first, "ncclBroadcast");
+    if (end != ncclSuccess) return nccl_failed(end, "ncclGroupEnd");
   }
-  const ncclResult_t end = ncclGroupEnd();
-  if (first != ncclSuccess) return nccl_failed(first, "ncclBroadcast");
-  if (end != ncclSuccess) return nccl_failed(end, "ncclGroupEnd");
   return track(req);
 }
 
@@ -190,7 +223,7 @@ status nccl_communicator::ialltoallv(const void* send, std::span<const std::uint
     soff += send_bytes[p];
     roff += recv_bytes[p];
   }
-  const ncclResult_t end = ncclGroupEnd();
+  const ncclResult_t end = settled(comm_, ncclGroupEnd());
   if (first != ncclSuccess) return nccl_failed(first, "ncclSend/ncclRecv");
   if (end != ncclSuccess) return nccl_failed(end, "ncclGroupEnd");
   return track(req);
@@ -201,8 +234,8 @@ status nccl_communicator::iallreduce(const void* send, void* recv, std::uint64_t
   req = request{};
   if (!broken_.ok()) return broken_;
   if (count == 0) return track(req);
-  if (ncclResult_t r =
-          ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_);
+  if (ncclResult_t r = settled(
+          comm_, ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), comm_, stream_));
       r != ncclSuccess)
     return nccl_failed(r, "ncclAllReduce");
   return track(req);
@@ -214,7 +247,8 @@ status nccl_communicator::ibroadcast(void* buf, std::uint64_t bytes, int root, r
   if (root < 0 || root >= size_)
     return {status_code::invalid_argument, "broadcast: root out of range"};
   if (bytes == 0) return track(req);
-  if (ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_);
+  if (ncclResult_t r =
+          settled(comm_, ncclBroadcast(buf, buf, bytes, ncclUint8, root, comm_, stream_));
       r != ncclSuccess)
     return nccl_failed(r, "ncclBroadcast");
   return track(req);
@@ -279,10 +313,14 @@ status nccl_communicator::split(int color, int key, std::unique_ptr<communicator
   out.reset();
   if (!broken_.ok()) return broken_;
   ncclComm_t sub = nullptr;
-  if (ncclResult_t r =
-          ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr);
-      r != ncclSuccess)
+  ncclResult_t r = settled(
+      comm_, ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &sub, nullptr));
+  // A non-blocking parent makes a non-blocking child, ready once its own state settles.
+  if (r == ncclSuccess && sub != nullptr) r = settled(sub, ncclInProgress);
+  if (r != ncclSuccess) {
+    if (sub != nullptr) (void)ncclCommAbort(sub);
     return nccl_failed(r, "ncclCommSplit");
+  }
   if (sub == nullptr) return {};
   std::unique_ptr<nccl_communicator> c;
   if (auto st = create(sub, stream_, true, c); !st.ok()) {

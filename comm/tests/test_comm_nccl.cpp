@@ -152,12 +152,10 @@ status exercise(gcc::nccl_communicator& c) {
   return st;
 }
 
-TEST(NcclCommunicator, CollectivesOnEveryLocalDevice) {
-  const int ndev = std::min(device_count(), 4);
-  if (ndev == 0)
-    GTEST_SKIP() << "NCCL tests need a GPU: " << gc::backend_unavailable_reason(gc::backend::cuda);
-  std::vector<ncclComm_t> comms(static_cast<std::size_t>(ndev));
-  ASSERT_EQ(ncclCommInitAll(comms.data(), ndev, nullptr), ncclSuccess);
+//! One thread per device d runs body(d, stream) with d current and a stream of its own;
+//! every device's outcome must be ok.
+template <class Body>
+void on_every_device(int ndev, Body body) {
   std::vector<status> results(static_cast<std::size_t>(ndev));
   std::vector<std::thread> threads;
   for (int d = 0; d < ndev; ++d) {
@@ -165,32 +163,73 @@ TEST(NcclCommunicator, CollectivesOnEveryLocalDevice) {
       cudaSetDevice(d);
       cudaStream_t stream = nullptr;
       cudaStreamCreate(&stream);
-      std::unique_ptr<gcc::nccl_communicator> c;
-      status st =
-          gcc::nccl_communicator::create(comms[static_cast<std::size_t>(d)], stream, true, c);
-      if (st.ok()) {
-        EXPECT_EQ(c->memory(), gcc::memory_space::device);
-        st = exercise(*c);
-      }
-      // split: one color gives a communicator of every rank that works on its own;
-      // a negative color joins none.
-      std::unique_ptr<gcc::communicator> child;
-      if (st.ok()) st = c->split(0, -d, child);
-      if (st.ok()) st = check(child != nullptr && child->size() == ndev, "split(0)");
-      if (st.ok()) st = check(child->rank() == ndev - 1 - d, "split key orders the ranks");
-      if (st.ok()) st = exercise(dynamic_cast<gcc::nccl_communicator&>(*child));
-      child.reset();
-      if (st.ok()) st = c->split(-1, 0, child);
-      if (st.ok()) st = check(child == nullptr, "split(-1) joins none");
-      c.reset();
+      results[static_cast<std::size_t>(d)] = body(d, stream);
       cudaStreamDestroy(stream);
-      results[static_cast<std::size_t>(d)] = st;
     });
   }
   for (auto& t : threads) t.join();
   for (int d = 0; d < ndev; ++d)
     EXPECT_TRUE(results[static_cast<std::size_t>(d)].ok())
         << "device " << d << ": " << results[static_cast<std::size_t>(d)].message();
+}
+
+TEST(NcclCommunicator, CollectivesOnEveryLocalDevice) {
+  const int ndev = std::min(device_count(), 4);
+  if (ndev == 0)
+    GTEST_SKIP() << "NCCL tests need a GPU: " << gc::backend_unavailable_reason(gc::backend::cuda);
+  std::vector<ncclComm_t> comms(static_cast<std::size_t>(ndev));
+  ASSERT_EQ(ncclCommInitAll(comms.data(), ndev, nullptr), ncclSuccess);
+  on_every_device(ndev, [&](int d, cudaStream_t stream) {
+    std::unique_ptr<gcc::nccl_communicator> c;
+    status st = gcc::nccl_communicator::create(comms[static_cast<std::size_t>(d)], stream, true, c);
+    if (st.ok()) {
+      EXPECT_EQ(c->memory(), gcc::memory_space::device);
+      st = exercise(*c);
+    }
+    // split: one color gives a communicator of every rank that works on its own;
+    // a negative color joins none.
+    std::unique_ptr<gcc::communicator> child;
+    if (st.ok()) st = c->split(0, -d, child);
+    if (st.ok()) st = check(child != nullptr && child->size() == ndev, "split(0)");
+    if (st.ok()) st = check(child->rank() == ndev - 1 - d, "split key orders the ranks");
+    if (st.ok()) st = exercise(dynamic_cast<gcc::nccl_communicator&>(*child));
+    child.reset();
+    if (st.ok()) st = c->split(-1, 0, child);
+    if (st.ok()) st = check(child == nullptr, "split(-1) joins none");
+    return st;
+  });
+}
+
+// A non-blocking communicator (config.blocking = 0, as PyTorch may hand one over): its
+// enqueues, group ends and splits may return ncclInProgress, which the wrapper must wait out
+// instead of reporting an error.
+TEST(NcclCommunicator, NonBlockingCommunicatorWorks) {
+  const int ndev = std::min(device_count(), 4);
+  if (ndev == 0)
+    GTEST_SKIP() << "NCCL tests need a GPU: " << gc::backend_unavailable_reason(gc::backend::cuda);
+  ncclUniqueId id{};
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  on_every_device(ndev, [&](int d, cudaStream_t stream) {
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclComm_t comm = nullptr;
+    const ncclResult_t r = ncclCommInitRankConfig(&comm, ndev, id, d, &config);
+    ncclResult_t state = r;
+    while (r == ncclInProgress && state == ncclInProgress) {
+      if (ncclCommGetAsyncError(comm, &state) != ncclSuccess) state = ncclSystemError;
+      std::this_thread::yield();
+    }
+    status st = check(state == ncclSuccess, "ncclCommInitRankConfig (non-blocking)");
+    std::unique_ptr<gcc::nccl_communicator> c;
+    if (st.ok()) st = gcc::nccl_communicator::create(comm, stream, true, c);
+    if (st.ok()) st = exercise(*c);
+    std::unique_ptr<gcc::communicator> child;
+    if (st.ok()) st = c->split(0, d, child);
+    if (st.ok()) st = check(child != nullptr && child->size() == ndev, "non-blocking split");
+    if (st.ok()) st = exercise(dynamic_cast<gcc::nccl_communicator&>(*child));
+    if (!c && comm != nullptr) (void)ncclCommAbort(comm);  // not handed over
+    return st;
+  });
 }
 
 TEST(NcclCommunicator, NullCommunicatorIsRefused) {

@@ -10,10 +10,15 @@
 //! everything queued on its stream) when the library has the CUDA backend; without it,
 //! memory_services() is null and allreduce refuses the communicator.
 //!
-//! Limits: blocking NCCL communicators only (the default config; a non-blocking one
-//! returns ncclInProgress, which is reported as an error). A peer that dies without NCCL
-//! noticing (single-node shared-memory and P2P transports may not) still leaves wait()
-//! polling: there is no timeout.
+//! Non-blocking communicators (`config.blocking = 0`, e.g. one borrowed from PyTorch) work:
+//! an enqueue, group end or split that returns ncclInProgress is polled with
+//! ncclCommGetAsyncError until it settles, as NCCL documents. allgatherv issues at most 1024
+//! broadcasts per group (NCCL allows 2048 operations in one); alltoallv is one group of a
+//! send and a receive per peer, so it takes at most 1024 ranks. The scratch and the events
+//! live on the communicator's device, whatever device the calling thread has current.
+//!
+//! Limits: a peer that dies without NCCL noticing (single-node shared-memory and P2P
+//! transports may not) still leaves wait() polling: there is no timeout.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,9 +34,10 @@ namespace gradcodec::comm {
 class nccl_communicator final : public communicator {
  public:
   //! Wraps `comm` and issues every call on `stream`. With `owned`, the destructor
-  //! destroys comm (a failed create leaves it to the caller). The current CUDA device must
-  //! be comm's device. After an asynchronous NCCL error every call returns that error; an
-  //! owned comm is aborted at once, a borrowed one is left for the caller to abort.
+  //! destroys comm (a failed create leaves it to the caller). The allreduce strategies'
+  //! codec calls launch on the current CUDA device, which must then be comm's. After an
+  //! asynchronous NCCL error every call returns that error; an owned comm is aborted at once, a
+  //! borrowed one is left for the caller to abort.
   static status create(ncclComm_t comm, cudaStream_t stream, bool owned,
                        std::unique_ptr<nccl_communicator>& out);
   ~nccl_communicator() override;
@@ -70,6 +76,7 @@ class nccl_communicator final : public communicator {
   bool owned_ = false;
   status broken_{};  // the asynchronous error that ended this communicator, if any
   int rank_ = 0, size_ = 1;
+  int device_ = 0;           // comm's CUDA device (ncclCommCuDevice)
   void* scratch_ = nullptr;  // 4 device bytes for barrier()
   std::uint64_t next_id_ = 1;
   std::vector<std::pair<std::uint64_t, cudaEvent_t>> pending_;
