@@ -7,7 +7,9 @@
 //! - P = M Q0 straight into the payload: one warp per row of M (coalesced along the row),
 //!   each entry a warp canonical sum; then P-hat = orth(P) in place, one warp;
 //! - Q = M^T P-hat: one thread per entry (j, c), a sequential canonical sum down column j
-//!   (neighbouring threads read neighbouring columns: coalesced);
+//!   (neighbouring threads read neighbouring columns: coalesced), or, for matrices with
+//!   fewer entries than fill the GPU (few columns, many rows), one warp per entry: the
+//!   same canonical sum split over the warp's lanes (blocks/warp.cuh);
 //! - decode: one thread per output element, the r-term canonical sum of P-hat and Q.
 //! A matrix that is not worth compressing is sent dense (the values as f32). Error
 //! feedback is the generic composition on the device.
@@ -96,6 +98,35 @@ __global__ void q_kernel(matrix_in m, std::uint64_t rows, const float* p, std::u
         blocks::powersgd_q_entry(m, p, e / r, rows, r, static_cast<std::uint32_t>(e % r)));
 }
 
+//! A warp per entry, for matrices whose cols * r entries would leave most of the GPU idle
+//! with a thread each summing every row: the same bits (warp_canonical_sum is the canonical
+//! sum's order).
+__global__ void q_warp_kernel(matrix_in m, std::uint64_t rows, const float* p, std::uint32_t r,
+                              float* q) {
+  const unsigned lane = threadIdx.x % 32u;
+  const std::uint64_t entries = m.cols * r;
+  const std::uint64_t warps = thread_stride() / 32u;
+  for (std::uint64_t e = thread_index() / 32u; e < entries; e += warps) {
+    const float x = blocks::powersgd_q_entry(
+        m, p, e / r, rows, r, static_cast<std::uint32_t>(e % r), blocks::warp_reducer{});
+    if (lane == 0) q[e] = blocks::canonicalize_nan(x);
+  }
+}
+
+//! Below this many entries of Q a warp per entry: a thread each would use fewer than 2^15
+//! of the tens of thousands of threads a current GPU runs at once.
+constexpr std::uint64_t q_thread_entries = std::uint64_t{1} << 15;
+
+//! Q = M^T P on stream s, by the kernel that fills the GPU for this shape.
+void launch_q(matrix_in m, std::uint64_t rows, const float* p, std::uint32_t r, float* q,
+              cudaStream_t s) {
+  const std::uint64_t entries = m.cols * r;
+  if (entries >= q_thread_entries)
+    q_kernel<<<grid_for(entries, threads), threads, 0, s>>>(m, rows, p, r, q);
+  else
+    q_warp_kernel<<<grid_for(entries * 32u, threads), threads, 0, s>>>(m, rows, p, r, q);
+}
+
 //! NaNs go on the wire canonical (a GPU's NaN bits are not x86's); P-hat is made canonical
 //! once Q, which reads it, is done.
 __global__ void canonical_kernel(float* a, std::uint64_t n) {
@@ -161,7 +192,7 @@ status encode_values(const detail::encode_call& c, values_in v) {
   GRADCODEC_CUDA_LAUNCHED("p_kernel");
   orth_kernel<<<1, 32, 0, s>>>(p, sh.rows, r, c.spec.eps);
   GRADCODEC_CUDA_LAUNCHED("orth_kernel");
-  q_kernel<<<grid_for(sh.cols * r, threads), threads, 0, s>>>(m, sh.rows, p, r, q);
+  launch_q(m, sh.rows, p, r, q, s);
   GRADCODEC_CUDA_LAUNCHED("q_kernel");
   canonical_kernel<<<grid_for(sh.rows * r, threads), threads, 0, s>>>(p, sh.rows * r);
   GRADCODEC_CUDA_LAUNCHED("powersgd canonical_kernel");
@@ -257,8 +288,7 @@ status phase_orthogonalize_batch(const powersgd_matrix* batch, std::size_t count
 status phase_project_q(const float* p, const float* m, std::uint64_t rows, std::uint64_t cols,
                        std::uint32_t r, float* q, void* stream) {
   if (rows * cols == 0 || r == 0) return {};
-  q_kernel<<<grid_for(cols * r, threads), threads, 0, stream_of(stream)>>>(
-      matrix_in{{m, dtype::f32}, cols}, rows, p, r, q);
+  launch_q(matrix_in{{m, dtype::f32}, cols}, rows, p, r, q, stream_of(stream));
   GRADCODEC_CUDA_LAUNCHED("powersgd q_kernel");
   return {};
 }

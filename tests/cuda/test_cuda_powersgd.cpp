@@ -114,8 +114,10 @@ void check_phases(matrix_shape sh, gc::dtype grad_type, gc::dtype out_type, int 
 
 TEST(CudaPowersgdPhases, MatchTheHostPhases) {
   SKIP_WITHOUT_GPU();
-  const matrix_shape shapes[] = {
-      {3, 5, 2}, {40, 50, 4}, {257, 129, 8}, {64, 4097, 1}, {1000, 999, 4}};
+  // Q = M^T P runs a warp per entry below 2^15 entries and a thread per entry from there:
+  // 16 x 16384 at rank 2 takes the thread path, 16384 x 16 (64 chunks of rows) the warp path.
+  const matrix_shape shapes[] = {{3, 5, 2},      {40, 50, 4},    {257, 129, 8}, {64, 4097, 1},
+                                 {1000, 999, 4}, {16, 16384, 2}, {16384, 16, 2}};
   for (const matrix_shape& sh : shapes) {
     if (sh.rows * sh.cols > max_n()) continue;  // under compute-sanitizer: small sizes only
     check_phases(sh, gc::dtype::f32, gc::dtype::f32, 1, true, false);
