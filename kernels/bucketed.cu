@@ -296,8 +296,8 @@ status decode_into(const detail::decode_call& c, decode_target out) {
 }  // namespace
 
 std::size_t bucketed_workspace(const codec_spec&, const_tensor_view shape, operation op) {
-  // The status words; error feedback also holds p = g + e (f32).
-  return status_bytes + (op == operation::encode_with_feedback ? shape.n * 4 : 0);
+  // The status words (encodes); error feedback also holds p = g + e (f32).
+  return status_only(op) + (op == operation::encode_with_feedback ? shape.n * 4 : 0);
 }
 
 status bucketed_encode(const detail::encode_call& c) {

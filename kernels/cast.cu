@@ -65,7 +65,9 @@ status encode_impl(const detail::encode_call& c, tensor_view residual) {
 
 }  // namespace
 
-std::size_t cast_workspace(const codec_spec&, const_tensor_view, operation) { return status_bytes; }
+std::size_t cast_workspace(const codec_spec&, const_tensor_view, operation op) {
+  return status_only(op);
+}
 
 status cast_encode(const detail::encode_call& c) { return encode_impl(c, {}); }
 

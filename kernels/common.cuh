@@ -97,6 +97,11 @@ inline unsigned grid_for(std::uint64_t work, unsigned threads) {
 
 //! The first bytes of every CUDA workspace: the device words a frame's header depends on.
 inline constexpr std::size_t status_bytes = 256;
+//! The workspace of an operation whose kernels use none beyond the encode's status words:
+//! a decode needs none (only the sparse decode's index check writes a status word).
+inline std::size_t status_only(operation op) {
+  return op == operation::decode || op == operation::decode_accumulate ? 0 : status_bytes;
+}
 struct status_words {
   unsigned nonfinite;  //!< encode: an input value was NaN or Inf
   unsigned bad_index;  //!< sparse decode: an index out of range or out of order

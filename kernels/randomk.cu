@@ -133,7 +133,7 @@ status encode_impl(const detail::encode_call& c, tensor_view residual) {
 
 std::size_t randomk_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
   // Error feedback keeps each stratum's sent residual (f32) until the dense pass is done.
-  if (op != operation::encode_with_feedback) return status_bytes;
+  if (op != operation::encode_with_feedback) return status_only(op);
   return status_bytes + sparse_count(spec, shape.n) * 4;
 }
 
