@@ -28,6 +28,13 @@ inline cudaStream_t stream_of(void* s) { return static_cast<cudaStream_t>(s); }
 //! A failed CUDA call or launch as a status naming it.
 status cuda_error(cudaError_t e, const char* what);
 
+//! The most bytes read_to_host copies.
+inline constexpr std::size_t host_read_max = 64;
+//! Copies `bytes` (at most host_read_max) of device memory to `host` after the work queued
+//! on `stream` and waits for them (host_read.cu); `what` names the wait in an error.
+status read_to_host(void* host, const void* device, std::size_t bytes, void* stream,
+                    const char* what);
+
 #define GRADCODEC_CUDA_TRY(call)                                                                \
   do {                                                                                          \
     const cudaError_t gradcodec_e_ = (call);                                                    \

@@ -315,8 +315,10 @@ result<std::uint64_t> count_candidates(const select_space& sp, values_in v, std:
     GRADCODEC_CUDA_LAUNCHED("count_kernel");
   }
   std::uint64_t count = 0;
-  GRADCODEC_CUDA_TRY(cudaMemcpyAsync(&count, sp.counts, 8, cudaMemcpyDeviceToHost, s));
-  GRADCODEC_CUDA_TRY(cudaStreamSynchronize(s));
+  if (auto st =
+          read_to_host(&count, sp.counts, sizeof count, stream, "reading the threshold count");
+      !st.ok())
+    return st;
   return count;
 }
 
@@ -405,9 +407,10 @@ status sparse_decode(const detail::decode_call& c) {
     GRADCODEC_CUDA_LAUNCHED("check_indices_kernel");
     if (c.verdict == nullptr) {
       status_words verdict{};
-      GRADCODEC_CUDA_TRY(
-          cudaMemcpyAsync(&verdict, c.workspace.data(), sizeof verdict, cudaMemcpyDeviceToHost, s));
-      GRADCODEC_CUDA_TRY(cudaStreamSynchronize(s));
+      if (auto st = read_to_host(&verdict, c.workspace.data(), sizeof verdict, c.stream,
+                                 "reading the index verdict");
+          !st.ok())
+        return st;
       if (verdict.bad_index != 0)
         return {status_code::corrupt_frame,
                 "sparse indices out of range or not strictly ascending"};

@@ -72,12 +72,12 @@ int current_device() noexcept {
 //! One small device-to-host copy and a wait on the caller's stream: the front end checks
 //! the header on the host before it launches anything.
 result<frame_header> read_header(const_bytes frame, void* stream) noexcept {
+  static_assert(header_bytes <= cuda::host_read_max);
   std::byte host[header_bytes];
   const std::size_t len = frame.size() < header_bytes ? frame.size() : header_bytes;
-  const cudaStream_t s = cuda::stream_of(stream);
-  cudaError_t e = cudaMemcpyAsync(host, frame.data(), len, cudaMemcpyDeviceToHost, s);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  if (e != cudaSuccess) return cuda::cuda_error(e, "reading the frame header");
+  if (auto st = cuda::read_to_host(host, frame.data(), len, stream, "reading the frame header");
+      !st.ok())
+    return st;
   return peek({host, len});
 }
 
