@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "../src/backend.hpp"
@@ -100,6 +101,36 @@ inline unsigned grid_for(std::uint64_t work, unsigned threads) {
   constexpr std::uint64_t cap = 65535u * 4u;  // enough to fill any current GPU
   return static_cast<unsigned>(blocks_needed == 0 ? 1
                                                   : (blocks_needed < cap ? blocks_needed : cap));
+}
+
+//! grid_for, capped at the blocks the current device runs at once: for grid-stride kernels
+//! whose blocks pay a fixed cost of their own (clearing and flushing shared-memory bins),
+//! so that cost is paid once per resident block, not once per 256 elements. The device's
+//! share is asked once per device and kernel.
+template <class Kernel>
+unsigned resident_grid(Kernel kernel, unsigned threads, std::uint64_t work) {
+  constexpr int max_devices = 64;
+  static std::atomic<unsigned> resident[max_devices] = {};  // 0: not asked yet
+  const unsigned wanted = grid_for(work, threads);
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= max_devices) {
+    (void)cudaGetLastError();
+    return wanted;
+  }
+  unsigned most = resident[dev].load(std::memory_order_relaxed);
+  if (most == 0) {
+    int sms = 0, per_sm = 0;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, static_cast<int>(threads),
+                                                      0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return wanted;
+    }
+    most =
+        static_cast<unsigned>(sms > 0 ? sms : 1) * static_cast<unsigned>(per_sm > 0 ? per_sm : 1);
+    resident[dev].store(most, std::memory_order_relaxed);
+  }
+  return wanted < most ? wanted : most;
 }
 
 //! The first bytes of every CUDA workspace: the device words a frame's header depends on.

@@ -280,8 +280,9 @@ status select_radix(const select_space& sp, select_rule* rule, values_in v, std:
   const cudaStream_t s = stream_of(stream);
   for (int pass = 0; pass < blocks::radix_pass_count; ++pass) {
     GRADCODEC_CUDA_TRY(cudaMemsetAsync(sp.hist, 0, blocks::radix_max_bins * 8, s));
-    hist_kernel<<<grid_for(n, hist_threads), hist_threads, 0, s>>>(v, n, pass, rule, sp.hist,
-                                                                   pass == 0 ? st : nullptr);
+    // Exact integer counts: the grid's size changes nothing but the bins' setup cost.
+    hist_kernel<<<resident_grid(hist_kernel, hist_threads, n), hist_threads, 0, s>>>(
+        v, n, pass, rule, sp.hist, pass == 0 ? st : nullptr);
     GRADCODEC_CUDA_LAUNCHED("hist_kernel");
     descend_kernel<<<1, 1, 0, s>>>(rule, sp.hist, pass);
     GRADCODEC_CUDA_LAUNCHED("descend_kernel");
