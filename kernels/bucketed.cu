@@ -25,7 +25,7 @@ namespace gradcodec::cuda {
 
 namespace {
 
-constexpr unsigned threads = 256;  // a multiple of 32: warps never straddle blocks
+using policy::threads;
 
 //! What the kernels need to know about the frame.
 struct frame_shape {

@@ -11,7 +11,7 @@ namespace gradcodec::cuda {
 
 namespace {
 
-constexpr unsigned threads = 256;
+using policy::threads;
 
 __device__ __forceinline__ std::uint16_t to_half(bool f16, float x) {
   return f16 ? blocks::f32_to_f16(x) : blocks::f32_to_bf16(x);

@@ -21,6 +21,7 @@
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/header.hpp"
+#include "launch_policy.cuh"
 
 namespace gradcodec::cuda {
 

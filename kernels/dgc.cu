@@ -18,7 +18,7 @@ namespace gradcodec::cuda {
 
 namespace {
 
-constexpr unsigned threads = 256;
+using policy::threads;
 constexpr int rounds = 4;
 
 std::uint64_t sample_size(double sample, std::uint64_t n) {

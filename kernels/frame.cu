@@ -40,7 +40,7 @@ __global__ void feedback_sum_kernel(const void* g, dtype gt, const void* e, dtyp
 
 status feedback_sum(const_tensor_view g, const_tensor_view e, float* p, void* stream) {
   if (g.n == 0) return {};
-  constexpr unsigned threads = 256;
+  constexpr unsigned threads = policy::threads;
   feedback_sum_kernel<<<grid_for(g.n, threads), threads, 0, stream_of(stream)>>>(
       g.data, g.type, e.data, e.type, g.n, p);
   GRADCODEC_CUDA_LAUNCHED("feedback_sum_kernel");
@@ -69,7 +69,7 @@ status check_header(const frame_header& expected, const std::byte* frame, std::u
 
 status zero_output(std::uint64_t n, const decode_target& out, void* stream) {
   if (n == 0) return {};
-  constexpr unsigned threads = 256;
+  constexpr unsigned threads = policy::threads;
   zeros_kernel<<<grid_for(n, threads), threads, 0, stream_of(stream)>>>(n, out);
   GRADCODEC_CUDA_LAUNCHED("zeros_kernel");
   return {};

@@ -24,7 +24,7 @@ namespace gradcodec::cuda {
 
 namespace {
 
-constexpr unsigned threads = 256;
+using policy::threads;
 
 std::uint64_t align64(std::uint64_t x) { return (x + 63u) & ~std::uint64_t{63}; }
 

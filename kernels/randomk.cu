@@ -16,7 +16,7 @@ namespace gradcodec::cuda {
 
 namespace {
 
-constexpr unsigned threads = 256;
+using policy::threads;
 
 __device__ __forceinline__ void put_wire(std::uint8_t* values, dtype wire, std::uint64_t j,
                                          float x) {

@@ -13,11 +13,11 @@ namespace gradcodec::cuda {
 
 namespace {
 
-constexpr unsigned hist_threads = 512;
-constexpr unsigned tile_threads = 256;
-constexpr unsigned tile_items = 16;
+using policy::hist_threads;
+using policy::threads;
+using policy::tile_items;
+using policy::tile_threads;
 constexpr std::uint64_t tile_size = tile_threads * tile_items;
-constexpr unsigned threads = 256;
 
 std::uint64_t tiles_of(std::uint64_t n) { return (n + tile_size - 1) / tile_size; }
 
