@@ -32,6 +32,29 @@ inline std::size_t max_n() {
   return e != nullptr ? static_cast<std::size_t>(std::strtoull(e, nullptr, 10)) : ~std::size_t{0};
 }
 
+//! Captures what `queue()` enqueues on `s` into a CUDA graph and instantiates it (the graph
+//! itself is freed; destroy the result with cudaGraphExecDestroy). `queue` returns whether
+//! its calls were accepted; a failed call or capture fails the test and returns null. Run
+//! the same calls once before capturing: under lazy module loading a kernel's first launch
+//! loads its module, which must not happen inside a capture (docs/cuda.md).
+template <class Queue>
+cudaGraphExec_t capture_graph(cudaStream_t s, Queue queue) {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess) {
+    ADD_FAILURE() << "cudaStreamBeginCapture failed";
+    return nullptr;
+  }
+  const bool accepted = queue();
+  const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+  EXPECT_EQ(ended, cudaSuccess) << cudaGetErrorString(ended);
+  EXPECT_TRUE(accepted) << "a call refused to be captured";
+  cudaGraphExec_t exec = nullptr;
+  if (ended == cudaSuccess && accepted)
+    EXPECT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  return exec;
+}
+
 //! Device memory holding a copy of host bytes (or `size` poisoned bytes).
 struct device_bytes {
   std::byte* ptr = nullptr;

@@ -273,14 +273,13 @@ TEST(CudaBackend, EncodeIsCapturableInAGraph) {
     ASSERT_TRUE(
         gc::encode(spec, {3, 1, 4}, {d_x.ptr, n, gc::dtype::f32, rows}, {d_frame.ptr, bound}, o));
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    auto size =
-        gc::encode(spec, {3, 1, 4}, {d_x.ptr, n, gc::dtype::f32, rows}, {d_frame.ptr, bound}, o);
-    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-    ASSERT_TRUE(size) << size.error().message();
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    gc::result<std::size_t> size = std::size_t{0};
+    cudaGraphExec_t exec = capture_graph(s, [&] {
+      size =
+          gc::encode(spec, {3, 1, 4}, {d_x.ptr, n, gc::dtype::f32, rows}, {d_frame.ptr, bound}, o);
+      return static_cast<bool>(size);
+    });
+    ASSERT_NE(exec, nullptr) << (size ? "" : size.error().message());
     for (const tensor* t : {&a, &b}) {
       // On s itself: a non-blocking stream is not ordered after a plain cudaMemcpy.
       ASSERT_EQ(
@@ -293,7 +292,6 @@ TEST(CudaBackend, EncodeIsCapturableInAGraph) {
       EXPECT_EQ(std::memcmp(d_frame.read(want.size()).data(), want.data(), want.size()), 0);
     }
     cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(s);
   }
 }

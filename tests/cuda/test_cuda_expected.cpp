@@ -181,13 +181,8 @@ TEST(CudaExpectedDecode, IsCapturableInAGraph) {
         cudaSuccess);
     ASSERT_TRUE(decode().ok());
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    cudaGraph_t graph = nullptr;
-    ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    const gc::status st = decode();
-    ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
-    ASSERT_TRUE(st.ok()) << st.message();
-    cudaGraphExec_t exec = nullptr;
-    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    cudaGraphExec_t exec = capture_graph(s, [&] { return decode().ok(); });
+    ASSERT_NE(exec, nullptr);
     for (std::size_t which = 0; which < frames.size(); ++which)
       for (bool damaged : {false, true}) {
         auto bytes = frames[which];
@@ -216,7 +211,6 @@ TEST(CudaExpectedDecode, IsCapturableInAGraph) {
                   damaged ? gc::verdict_code::header_checksum : gc::verdict_code::ok);
       }
     cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
     cudaStreamDestroy(s);
   }
 }

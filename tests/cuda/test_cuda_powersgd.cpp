@@ -3,8 +3,8 @@
 // against the same phases on the host: init_q, then two steps of compute_p, compute_q and
 // finish (warm start and error feedback carried), for grad and out in f32 and bf16, W = 1
 // and 3, error feedback on and off, one run with a NaN in the gradient. Equal bits, except
-// that a NaN need only be a NaN (docs/codecs.md). Bad calls are refused before anything is
-// queued. Skipped without a GPU.
+// that a NaN need only be a NaN (docs/codecs.md). A step captures into a CUDA graph. Bad
+// calls are refused before anything is queued. Skipped without a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -170,6 +170,61 @@ TEST(CudaPowersgdPhases, BatchedOrthogonalizationMatchesTheHost) {
                   .ok());
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   expect_same(q, dq, "project_q");
+  cudaStreamDestroy(s);
+}
+
+// No phase waits on the host: one step (compute_p, compute_q, finish) is captured in a CUDA
+// graph, and each replay carries the warm start and the residual on, as the host phases do.
+TEST(CudaPowersgdPhases, OneStepIsCapturableInAGraph) {
+  SKIP_WITHOUT_GPU();
+  gc::codec_spec spec = gc::make_spec(gc::codec_id::powersgd);
+  const std::uint64_t rows = 40, cols = 50, n = rows * cols;
+  const std::uint32_t r = gc::powersgd_rank(spec, rows, cols);
+  const gc::context ctx{5, 0, 2};
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  gc::exec_options on_gpu;
+  on_gpu.where = gc::backend::cuda;
+  on_gpu.stream = s;
+  std::vector<float> q(cols * r), p(rows * r), res(n, 0.0f);
+  device_bytes dq(q.size() * 4), dp(p.size() * 4), dres(n * 4, 0), dg(n * 4), dout(n * 4);
+  const gc::const_tensor_view g_dev{dg.ptr, n, gc::dtype::f32, rows};
+  const gc::tensor_view out_dev{dout.ptr, n, gc::dtype::f32, rows};
+  auto step = [&] {
+    gc::status st = gc::powersgd_compute_p(spec, g_dev, floats(dres, n), floats(dq, q.size()),
+                                           floats(dp, p.size()), on_gpu);
+    if (st.ok())
+      st = gc::powersgd_compute_q(spec, floats(dp, p.size()), floats(dres, n), rows, cols,
+                                  floats(dq, q.size()), on_gpu);
+    if (st.ok())
+      st = gc::powersgd_finish(spec, floats(dp, p.size()), floats(dq, q.size()), 1, true,
+                               floats(dres, n), out_dev, on_gpu);
+    return st;
+  };
+  // Once before capturing (lazy module loading, docs/cuda.md), then the state starts afresh.
+  ASSERT_TRUE(step().ok());
+  ASSERT_TRUE(gc::powersgd_init_q(spec, ctx, rows, cols, floats(dq, q.size()), on_gpu).ok());
+  ASSERT_EQ(cudaMemsetAsync(dres.ptr, 0, n * 4, s), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  ASSERT_TRUE(gc::powersgd_init_q(spec, ctx, rows, cols, q).ok());
+
+  cudaGraphExec_t exec = capture_graph(s, [&] { return step().ok(); });
+  ASSERT_NE(exec, nullptr);
+  for (std::uint64_t t = 0; t < 2; ++t) {
+    const tensor g(gaussian(n, 40 + t), gc::dtype::f32, rows);
+    ASSERT_EQ(cudaMemcpyAsync(dg.ptr, g.bytes.data(), g.bytes.size(), cudaMemcpyHostToDevice, s),
+              cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    tensor out = tensor::zeros(n, gc::dtype::f32, rows);
+    ASSERT_TRUE(gc::powersgd_compute_p(spec, g.cview(), res, q, p).ok());
+    ASSERT_TRUE(gc::powersgd_compute_q(spec, p, res, rows, cols, q).ok());
+    ASSERT_TRUE(gc::powersgd_finish(spec, p, q, 1, true, res, out.mview()).ok());
+    expect_same(q, dq, "q after a replay");
+    expect_same(res, dres, "residual after a replay");
+    expect_same(out, dout, "out after a replay");
+  }
+  cudaGraphExecDestroy(exec);
   cudaStreamDestroy(s);
 }
 
