@@ -27,6 +27,9 @@ namespace gradcodec::cuda {
 
 inline cudaStream_t stream_of(void* s) { return static_cast<cudaStream_t>(s); }
 
+//! Per-device caches (events, occupancy) cover device ordinals below this.
+inline constexpr int max_devices = 64;
+
 //! A failed CUDA call or launch as a status naming it.
 status cuda_error(cudaError_t e, const char* what);
 
@@ -110,7 +113,6 @@ inline unsigned grid_for(std::uint64_t work, unsigned threads) {
 //! share is asked once per device and kernel.
 template <class Kernel>
 unsigned resident_grid(Kernel kernel, unsigned threads, std::uint64_t work) {
-  constexpr int max_devices = 64;
   static std::atomic<unsigned> resident[max_devices] = {};  // 0: not asked yet
   const unsigned wanted = grid_for(work, threads);
   int dev = 0;
@@ -136,11 +138,12 @@ unsigned resident_grid(Kernel kernel, unsigned threads, std::uint64_t work) {
 
 //! The first bytes of every CUDA workspace: the device words a frame's header depends on.
 inline constexpr std::size_t status_bytes = 256;
+inline bool is_decode(operation op) {
+  return op == operation::decode || op == operation::decode_accumulate;
+}
 //! The workspace of an operation whose kernels use none beyond the encode's status words:
 //! a decode needs none (only the sparse decode's index check writes a status word).
-inline std::size_t status_only(operation op) {
-  return op == operation::decode || op == operation::decode_accumulate ? 0 : status_bytes;
-}
+inline std::size_t status_only(operation op) { return is_decode(op) ? 0 : status_bytes; }
 struct status_words {
   unsigned nonfinite;  //!< encode: an input value was NaN or Inf
   unsigned bad_index;  //!< sparse decode: an index out of range or out of order

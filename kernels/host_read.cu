@@ -13,8 +13,6 @@ namespace gradcodec::cuda {
 
 namespace {
 
-constexpr int max_devices = 64;
-
 //! The calling thread's pinned bytes (portable: any device may copy into them) and one
 //! event per device (an event belongs to the device current when it was made).
 struct host_staging {

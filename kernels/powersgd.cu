@@ -316,7 +316,7 @@ const detail::device_powersgd_phases powersgd_phases{
     phase_finish, phase_orthogonalize, phase_orthogonalize_batch};
 
 std::size_t powersgd_workspace(const codec_spec& spec, const_tensor_view shape, operation op) {
-  if (op == operation::decode || op == operation::decode_accumulate) return status_only(op);
+  if (is_decode(op)) return 0;  // the decode kernel uses no workspace
   const std::uint64_t rows = shape.rows > 0 ? shape.rows : 1;
   if (shape.n % rows != 0) return status_bytes;  // the front end rejects the shape
   const matrix_shape s = shape_of(spec, shape);

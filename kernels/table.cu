@@ -32,31 +32,24 @@ const std::string& problem() {
   return p;
 }
 
-//! The CUDA memory type of p (unregistered host memory for anything CUDA does not know).
-cudaMemoryType memory_type(const void* p) noexcept {
-  if (p == nullptr) return cudaMemoryTypeUnregistered;
+//! CUDA's attributes of p (unregistered host memory for anything CUDA does not know).
+cudaPointerAttributes attributes_of(const void* p) noexcept {
   cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+  a.type = cudaMemoryTypeUnregistered;
+  if (p != nullptr && cudaPointerGetAttributes(&a, p) != cudaSuccess) {
     (void)cudaGetLastError();  // not a CUDA pointer: clear the sticky-free error state
-    return cudaMemoryTypeUnregistered;
+    a.type = cudaMemoryTypeUnregistered;
   }
-  return a.type;
+  return a;
 }
 
 bool owns(const void* p) noexcept {
-  const cudaMemoryType t = memory_type(p);
+  const cudaMemoryType t = attributes_of(p).type;
   return t == cudaMemoryTypeDevice || t == cudaMemoryTypeManaged;
 }
 
-bool device_only(const void* p) noexcept { return memory_type(p) == cudaMemoryTypeDevice; }
-
 int device_of(const void* p) noexcept {
-  if (p == nullptr) return -1;
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return -1;
-  }
+  const cudaPointerAttributes a = attributes_of(p);
   return a.type == cudaMemoryTypeDevice ? a.device : -1;
 }
 
@@ -86,7 +79,7 @@ status check_header(const frame_header& expected, const_bytes frame, frame_verdi
   return cuda::check_header(expected, frame.data(), frame.size(), verdict, stream);
 }
 
-const device_access access{owns, device_only, device_of, current_device, read_header, check_header};
+const device_access access{owns, device_of, current_device, read_header, check_header};
 
 constexpr codec_ops bucketed{cuda::bucketed_workspace, cuda::bucketed_encode, cuda::bucketed_decode,
                              cuda::bucketed_encode_feedback};

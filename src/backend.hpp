@@ -79,10 +79,9 @@ struct codec_ops {
 struct device_access {
   //! Whether `p` points to memory this backend works on (for backend::automatic).
   bool (*owns)(const void* p) noexcept;
-  //! Whether `p` is device memory the host cannot dereference (managed memory it can).
-  bool (*device_only)(const void* p) noexcept;
-  //! The device that holds `p` when it is device-only memory, else -1 (host memory, and
-  //! managed memory, which every device reaches).
+  //! The device that holds `p` when it is device-only memory, which the host cannot
+  //! dereference, else -1 (host memory, and managed memory, which the host and every device
+  //! reach).
   int (*device_of)(const void* p) noexcept;
   //! The calling thread's current device, where the backend launches (-1 if unknown).
   int (*current_device)() noexcept;

@@ -56,7 +56,7 @@ status check_buffer_memory(const device_access* device, bool on_device, named_bu
                     .append(" is not device memory (cudaMalloc or managed)")};
       continue;
     }
-    if (device->device_only(ptr))
+    if (device->device_of(ptr) >= 0)
       return {
           status_code::invalid_argument,
           std::string(who)

@@ -25,11 +25,9 @@ int device_of(const void* p) noexcept {
   return -1;
 }
 bool owns(const void* p) noexcept { return p == on_gpu0 || p == on_gpu1 || p == managed; }
-bool device_only(const void* p) noexcept { return device_of(p) >= 0; }
 int current_device() noexcept { return current; }
 
-const gc::detail::device_access fake{owns,           device_only, device_of,
-                                     current_device, nullptr,     nullptr};
+const gc::detail::device_access fake{owns, device_of, current_device, nullptr, nullptr};
 
 gc::status check(bool on_device, const void* a, const void* b) {
   return gc::detail::check_buffer_memory(&fake, on_device, {{a, "input"}, {b, "frame"}}, "codec");

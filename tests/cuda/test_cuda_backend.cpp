@@ -268,8 +268,7 @@ TEST(CudaBackend, EncodeIsCapturableInAGraph) {
     ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
     gc::exec_options o = on_cuda(d_ws.ptr, ws);
     o.stream = s;
-    // Once before capturing: under lazy module loading (CUDA's default) a kernel's first
-    // launch loads its module, which must not happen inside a capture (docs/cuda.md).
+    // Once before capturing (lazy module loading: see capture_graph).
     ASSERT_TRUE(
         gc::encode(spec, {3, 1, 4}, {d_x.ptr, n, gc::dtype::f32, rows}, {d_frame.ptr, bound}, o));
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);

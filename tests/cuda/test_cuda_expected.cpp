@@ -173,9 +173,8 @@ TEST(CudaExpectedDecode, IsCapturableInAGraph) {
                                             {d_out.ptr, n, gc::dtype::f32, 17}, 0.5f,
                                             reinterpret_cast<gc::frame_verdict*>(d_verdict.ptr), o);
     };
-    // Once before capturing, on a real frame: under lazy module loading (CUDA's default) a
-    // kernel's first launch loads its module, which must not happen inside a capture
-    // (docs/cuda.md). The replays below reset the output first.
+    // Once before capturing, on a real frame (lazy module loading: see capture_graph). The
+    // replays below reset the output first.
     ASSERT_EQ(
         cudaMemcpyAsync(d_frame.ptr, frames[0].data(), frames[0].size(), cudaMemcpyHostToDevice, s),
         cudaSuccess);

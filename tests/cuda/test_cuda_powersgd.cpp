@@ -201,7 +201,8 @@ TEST(CudaPowersgdPhases, OneStepIsCapturableInAGraph) {
                                floats(dres, n), out_dev, on_gpu);
     return st;
   };
-  // Once before capturing (lazy module loading, docs/cuda.md), then the state starts afresh.
+  // Once before capturing (lazy module loading: see capture_graph), then the state starts
+  // afresh.
   ASSERT_TRUE(step().ok());
   ASSERT_TRUE(gc::powersgd_init_q(spec, ctx, rows, cols, floats(dq, q.size()), on_gpu).ok());
   ASSERT_EQ(cudaMemsetAsync(dres.ptr, 0, n * 4, s), cudaSuccess);
