@@ -20,10 +20,10 @@ constexpr param_info p_nonfinite{"nonfinite", "propagate", "propagate|error",
                                  "keep NaN/Inf visible, or refuse to encode them"};
 
 constexpr std::array topk_params{
-    param_info{"ratio", "0.01", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
+    param_info{"ratio", "0.07", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
     p_nonfinite};
 constexpr std::array dgc_params{
-    param_info{"ratio", "0.01", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
+    param_info{"ratio", "0.07", "(0, 1]", "kept fraction: k = max(1, floor(ratio*n))"}, p_k,
     param_info{"sample", "0.01", "(0, 1]",
                "fraction of elements sampled to estimate the threshold"},
     p_nonfinite};
@@ -223,6 +223,8 @@ codec_spec make_spec(codec_id id) noexcept {
       s.rounding = rounding_mode::stochastic;
       s.norm = norm_kind::max;
       break;
+    case codec_id::topk:
+    case codec_id::dgc: s.ratio = 0.07; break;
     case codec_id::randomk: s.ratio = 0.5; break;
     case codec_id::threshold: s.tau = 0.005f; break;
     case codec_id::terngrad: s.clip = 2.5f; break;

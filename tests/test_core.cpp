@@ -26,7 +26,7 @@ TEST(Spec, ParsesDefaultsAndParameters) {
   EXPECT_EQ(s.value().rounding, gc::rounding_mode::stochastic);
   auto t = gc::parse_spec("topk");
   ASSERT_TRUE(t.ok());
-  EXPECT_DOUBLE_EQ(t.value().ratio, 0.01);
+  EXPECT_DOUBLE_EQ(t.value().ratio, 0.07);
 }
 
 TEST(Spec, RoundTripsEveryCodecThroughItsString) {

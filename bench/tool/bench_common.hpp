@@ -41,8 +41,8 @@ void fill_gradient(std::span<float> x, std::uint64_t stream = 0);
 //! The codecs `gradcodec calibrate` measures and `gradcodec plan` accepts by default: the
 //! allreduce benchmark's set without bf16, which both always add.
 inline constexpr const char* planner_default_codecs =
-    "minmax:bits=4,qsgd,terngrad,onebit,sign:scale=mean,topk,randomk:ratio=0.01,powersgd:rank=4,"
-    "fp16";
+    "minmax:bits=4,qsgd,terngrad,onebit,sign:scale=mean,topk:ratio=0.01,randomk:ratio=0.01,"
+    "powersgd:rank=4,fp16";
 
 //! The frame bytes of repeated encodes. Error feedback carries the residual across the
 //! runs, so the frames of data-dependent codecs (threshold) grow from run to run; the bytes

@@ -4,9 +4,9 @@
 #pragma once
 
 #define GRADCODEC_VERSION_MAJOR 0
-#define GRADCODEC_VERSION_MINOR 3
+#define GRADCODEC_VERSION_MINOR 4
 #define GRADCODEC_VERSION_PATCH 0
 
 namespace gradcodec {
-inline constexpr const char* version_string = "0.3.0";
+inline constexpr const char* version_string = "0.4.0";
 }  // namespace gradcodec

@@ -59,7 +59,7 @@ def expect_error(code, fn, *args, **kwargs):
 
 
 def test_version_backends_and_codec_list():
-    assert gc.__version__ == "0.3.0"
+    assert gc.__version__ == "0.4.0"
     assert gc.header_bytes == 48 and gc.format_version == 1
     assert "reference" in gc.backends()
     assert gc.backend_available("reference") and gc.backend_available("auto")

@@ -645,8 +645,13 @@ def wire_worker(rank, world, init_file, queue):
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank,
                             world_size=world, timeout=TIMEOUT)
     try:
-        out = {spec: wire_bytes(rank, spec) for spec in ("bf16", "fp16", "topk:ratio=0.05")}
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = {spec: wire_bytes(rank, spec)
+                   for spec in ("bf16", "fp16", "topk:ratio=0.05", "topk:ratio=0.5")}
         out["threads"] = gc.cpu_default_threads()
+        out["warnings"] = [str(w.message) for w in caught if "all-gathered" in str(w.message)]
         if rank == 0:
             queue.put(out)
     finally:
@@ -669,3 +674,8 @@ def test_16_bit_codecs_send_16_bits_over_gloo_and_threads_follow_the_hook():
         assert dense / 2 <= sent <= dense / 2 + 2 * 4 * (gc.header_bytes + 32), (spec, out)
     assert out["topk:ratio=0.05"][0] < out["bf16"][0]
     assert out["threads"] == 1
+    # Top-k at half the elements, all-gathered over 4 ranks, sends more than dense: one
+    # warning that says so, and none for the ratio that saves.
+    assert out["topk:ratio=0.5"][0] > out["topk:ratio=0.5"][1]
+    assert len(out["warnings"]) == 1 and "topk:ratio=0.5" in out["warnings"][0], out["warnings"]
+    assert "smaller one" in out["warnings"][0]
