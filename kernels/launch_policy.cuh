@@ -17,6 +17,12 @@ inline constexpr unsigned hist_threads = 512;
 inline constexpr unsigned tile_threads = 256;
 inline constexpr unsigned tile_items = 16;
 
+//! The PowerSGD orthogonalization: one block per matrix, a warp per this many rows (two
+//! chunks of the canonical sum per round), up to orth_max_warps; a power of two of warps.
+inline constexpr unsigned orth_rows_per_warp = 512;
+inline constexpr unsigned orth_max_warps = 32;
+
 static_assert(threads % 32 == 0 && hist_threads % 32 == 0 && tile_threads % 32 == 0);
+static_assert((orth_max_warps & (orth_max_warps - 1)) == 0 && orth_max_warps <= 32);
 
 }  // namespace gradcodec::cuda::policy

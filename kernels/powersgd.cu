@@ -3,9 +3,10 @@
 //! The stateless PowerSGD codec on the GPU (docs/codecs.md "powersgd"), from the blocks of
 //! blocks/powersgd.hpp (proven equal to the reference on the host):
 //!
-//! - Q0: one thread per entry, then the orthogonalization by one warp;
+//! - Q0: one thread per entry, then the orthogonalization by one block, its rows split
+//!   over up to 32 warps (block_canonical_sum: the canonical sum's bits);
 //! - P = M Q0 straight into the payload: one warp per row of M (coalesced along the row),
-//!   each entry a warp canonical sum; then P-hat = orth(P) in place, one warp;
+//!   each entry a warp canonical sum; then P-hat = orth(P) in place, one block;
 //! - Q = M^T P-hat: one thread per entry (j, c), a sequential canonical sum down column j
 //!   (neighbouring threads read neighbouring columns: coalesced), or, for matrices with
 //!   fewer entries than fill the GPU (few columns, many rows), one warp per entry: the
@@ -13,6 +14,8 @@
 //! - decode: one thread per output element, the r-term canonical sum of P-hat and Q.
 //! A matrix that is not worth compressing is sent dense (the values as f32). Error
 //! feedback is the generic composition on the device.
+#include <algorithm>
+
 #include "codecs.hpp"
 #include "common.cuh"
 #include "gradcodec/blocks/layout.hpp"
@@ -49,9 +52,18 @@ __global__ void init_q_kernel(blocks::counter_rng rng, std::uint64_t entries, fl
     q[e] = blocks::powersgd_init_entry(rng, e);
 }
 
-//! One warp: orth(a, m, r, eps).
+//! One block: orth(a, m, r, eps).
 __global__ void orth_kernel(float* a, std::uint64_t m, std::uint32_t r, float eps) {
-  blocks::powersgd_orthogonalize(a, m, r, eps, blocks::warp_reducer{});
+  blocks::powersgd_orthogonalize(a, m, r, eps, blocks::block_reducer{});
+}
+
+//! The block for orthogonalizing matrices of up to `rows` rows: a warp per
+//! orth_rows_per_warp rows, a power of two of warps, at most orth_max_warps.
+unsigned orth_threads(std::uint64_t rows) {
+  unsigned warps = 1;
+  while (warps < policy::orth_max_warps && std::uint64_t{warps} * policy::orth_rows_per_warp < rows)
+    warps *= 2;
+  return 32u * warps;
 }
 
 //! Up to this many matrices per batched launch, passed by value (1.3 KB of parameters).
@@ -62,11 +74,11 @@ struct orth_batch {
   std::uint32_t r[orth_batch_max];
 };
 
-//! Block b (one warp): orth of matrix b of the batch.
+//! Block b: orth of matrix b of the batch.
 __global__ void orth_batch_kernel(orth_batch batch, float eps) {
   const unsigned b = blockIdx.x;
   blocks::powersgd_orthogonalize(batch.a[b], batch.rows[b], batch.r[b], eps,
-                                 blocks::warp_reducer{});
+                                 blocks::block_reducer{});
 }
 
 struct matrix_in {
@@ -183,14 +195,14 @@ status encode_values(const detail::encode_call& c, values_in v) {
   const auto rng = blocks::counter_rng::make(c.ctx.seed, 0, c.ctx.tensor_id);
   init_q_kernel<<<grid_for(sh.cols * r, threads), threads, 0, s>>>(rng, sh.cols * r, q0);
   GRADCODEC_CUDA_LAUNCHED("init_q_kernel");
-  orth_kernel<<<1, 32, 0, s>>>(q0, sh.cols, r, c.spec.eps);
+  orth_kernel<<<1, orth_threads(sh.cols), 0, s>>>(q0, sh.cols, r, c.spec.eps);
   GRADCODEC_CUDA_LAUNCHED("orth_kernel");
   float* p = payload + l.p_offset / 4;
   float* q = payload + l.q_offset / 4;
   const matrix_in m{v, sh.cols};
   p_kernel<<<grid_for(sh.rows * 32, threads), threads, 0, s>>>(m, sh.rows, q0, r, p);
   GRADCODEC_CUDA_LAUNCHED("p_kernel");
-  orth_kernel<<<1, 32, 0, s>>>(p, sh.rows, r, c.spec.eps);
+  orth_kernel<<<1, orth_threads(sh.rows), 0, s>>>(p, sh.rows, r, c.spec.eps);
   GRADCODEC_CUDA_LAUNCHED("orth_kernel");
   launch_q(m, sh.rows, p, r, q, s);
   GRADCODEC_CUDA_LAUNCHED("q_kernel");
@@ -235,7 +247,7 @@ __global__ void finish_kernel(const float* p, const float* q, std::uint64_t rows
 
 status phase_orthogonalize(float* a, std::uint64_t rows, std::uint32_t r, float eps, void* stream) {
   if (rows == 0 || r == 0) return {};
-  orth_kernel<<<1, 32, 0, stream_of(stream)>>>(a, rows, r, eps);
+  orth_kernel<<<1, orth_threads(rows), 0, stream_of(stream)>>>(a, rows, r, eps);
   GRADCODEC_CUDA_LAUNCHED("powersgd orth_kernel");
   return {};
 }
@@ -267,10 +279,12 @@ status phase_orthogonalize_batch(const powersgd_matrix* batch, std::size_t count
                                  void* stream) {
   orth_batch b{};
   unsigned filled = 0;
+  std::uint64_t most_rows = 0;
   auto launch = [&]() -> status {
     if (filled == 0) return {};
-    orth_batch_kernel<<<filled, 32, 0, stream_of(stream)>>>(b, eps);
+    orth_batch_kernel<<<filled, orth_threads(most_rows), 0, stream_of(stream)>>>(b, eps);
     filled = 0;
+    most_rows = 0;
     GRADCODEC_CUDA_LAUNCHED("powersgd orth_batch_kernel");
     return {};
   };
@@ -279,6 +293,7 @@ status phase_orthogonalize_batch(const powersgd_matrix* batch, std::size_t count
     b.a[filled] = batch[i].a.data();
     b.rows[filled] = batch[i].rows;
     b.r[filled] = batch[i].r;
+    most_rows = std::max(most_rows, batch[i].rows);
     if (++filled == orth_batch_max)
       if (auto st = launch(); !st.ok()) return st;
   }

@@ -445,3 +445,54 @@ TEST(BlocksFused, CanonicalSumOrderIsTheDocumentedOne) {
   EXPECT_EQ(s, 3.5f);
   EXPECT_TRUE(same_bits(gc::blocks::canonical_sum(0, [](std::uint64_t) { return 1.0f; }), 0.0f));
 }
+
+// The order blocks/warp.cuh's block_canonical_sum reduces in, written out on the host: W
+// warps take rounds of 2W chunks; a complete round's pair sums fold as a tree (left + right)
+// and join the pairwise sum at height log2(2W); the last round joins pair by pair. It must
+// give the canonical sum's bits for every length and W, on data whose sums depend on order.
+float block_order_sum(const std::vector<float>& t, unsigned warps) {
+  auto term = [&](std::uint64_t j) { return t[j]; };
+  auto chunk = [&](std::uint64_t c) {
+    return gc::blocks::chunk_sum(c * gc::blocks::sum_chunk, t.size(), term);
+  };
+  const std::uint64_t chunks = (t.size() + gc::blocks::sum_chunk - 1) / gc::blocks::sum_chunk;
+  int height = 1;
+  while ((1u << height) < 2u * warps) ++height;
+  gc::blocks::pairwise_sum sum;
+  for (std::uint64_t c0 = 0; c0 < chunks; c0 += 2u * warps) {
+    if (c0 + 2u * warps <= chunks) {
+      std::vector<float> pair(warps);
+      for (unsigned w = 0; w < warps; ++w)
+        pair[w] = gc::blocks::fadd(chunk(c0 + 2 * w), chunk(c0 + 2 * w + 1));
+      for (unsigned off = 1; off < warps; off *= 2)
+        for (unsigned lane = 0; lane + off < warps; lane += 2 * off)
+          pair[lane] = gc::blocks::fadd(pair[lane], pair[lane + off]);
+      sum.push(pair[0], height);
+    } else {
+      for (std::uint64_t k = c0; k < chunks; k += 2)
+        sum.push(k + 1 < chunks ? gc::blocks::fadd(chunk(k), chunk(k + 1)) : chunk(k),
+                 k + 1 < chunks ? 1 : 0);
+    }
+  }
+  return sum.total();
+}
+
+TEST(BlocksFused, BlockSplitCanonicalSumKeepsTheBits) {
+  // Values over 40 binades: almost every reordering of their sum changes its bits.
+  std::vector<float> t = gaussian(70000, 2718);
+  for (std::size_t j = 0; j < t.size(); ++j)
+    t[j] = std::ldexp(t[j], static_cast<int>(j * 7919 % 41) - 20);
+  for (unsigned warps : {1u, 2u, 4u, 8u, 16u, 32u})
+    // Lengths around the rounds, and one or three rounds then 2W - 1 chunks (where a round
+    // joining at the wrong height would merge with the tail).
+    for (std::size_t len : {std::size_t{0}, std::size_t{1}, std::size_t{256}, std::size_t{257},
+                            std::size_t{512} * warps, std::size_t{512} * warps + 300,
+                            std::size_t{256} * (4 * warps - 1) - 10,
+                            std::size_t{256} * (8 * warps - 1) - 10, t.size()}) {
+      const std::vector<float> part(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(len));
+      const float want = gc::blocks::canonical_sum(len, [&](std::uint64_t j) { return part[j]; });
+      EXPECT_TRUE(same_bits(block_order_sum(part, warps), want))
+          << warps << " warps, " << len << " terms: " << block_order_sum(part, warps) << " vs "
+          << want;
+    }
+}

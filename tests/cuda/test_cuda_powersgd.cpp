@@ -116,8 +116,11 @@ TEST(CudaPowersgdPhases, MatchTheHostPhases) {
   SKIP_WITHOUT_GPU();
   // Q = M^T P runs a warp per entry below 2^15 entries and a thread per entry from there:
   // 16 x 16384 at rank 2 takes the thread path, 16384 x 16 (64 chunks of rows) the warp path.
-  const matrix_shape shapes[] = {{3, 5, 2},      {40, 50, 4},    {257, 129, 8}, {64, 4097, 1},
-                                 {1000, 999, 4}, {16, 16384, 2}, {16384, 16, 2}};
+  // The orthogonalization splits rows over a warp per 512: 40000 rows take 32 warps (rounds
+  // of 64 chunks and a tail of 29), 2500 x 1300 eight warps for P and four for Q.
+  const matrix_shape shapes[] = {{3, 5, 2},      {40, 50, 4},    {257, 129, 8},
+                                 {64, 4097, 1},  {1000, 999, 4}, {16, 16384, 2},
+                                 {16384, 16, 2}, {40000, 8, 4},  {2500, 1300, 3}};
   for (const matrix_shape& sh : shapes) {
     if (sh.rows * sh.cols > max_n()) continue;  // under compute-sanitizer: small sizes only
     check_phases(sh, gc::dtype::f32, gc::dtype::f32, 1, true, false);
@@ -136,8 +139,9 @@ TEST(CudaPowersgdPhases, BatchedOrthogonalizationMatchesTheHost) {
   std::vector<std::uint32_t> ranks;
   std::uint64_t total = 0;
   for (int t = 0; t < 70; ++t) {
-    // t = 3: one row and eight columns (rows < r).
-    rows.push_back(t == 3 ? 1 : 1 + static_cast<std::uint64_t>(t * 37 % 300));
+    // t = 3: one row and eight columns (rows < r); t = 69: 20000 rows, so the second launch
+    // orthogonalizes its six matrices with 32 warps each.
+    rows.push_back(t == 3 ? 1 : t == 69 ? 20000 : 1 + static_cast<std::uint64_t>(t * 37 % 300));
     ranks.push_back(t == 3 ? 8 : 1 + static_cast<std::uint32_t>(t % 8));
     at.push_back(total);
     total += rows.back() * ranks.back();

@@ -16,9 +16,10 @@ struct pairwise_sum {
   int height[64];
   int top = 0;
 
-  //! Adds the next chunk sum: it merges with every entry of the same height below it.
-  GRADCODEC_HD void push(float s) {
-    int h = 0;
+  //! Adds the next chunk sum (h = 0), or the sum of the next 2^h chunk sums computed as
+  //! their complete subtree (a parallel reduction's share), which must start at a multiple
+  //! of 2^h chunks: it merges with every entry of the same height below it.
+  GRADCODEC_HD void push(float s, int h = 0) {
     while (top > 0 && height[top - 1] == h) {
       s = fadd(part[--top], s);
       ++h;

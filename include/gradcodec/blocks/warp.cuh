@@ -22,30 +22,84 @@ namespace gradcodec::blocks {
 
 inline constexpr unsigned full_warp = 0xFFFFFFFFu;
 
-//! The canonical sum of term(0 .. len). Lanes 0-15 take the even chunks of 256 terms and
-//! lanes 16-31 the odd ones; lane j of a half sums terms j, j+16, ... of its chunk in order
-//! (the 16 strided lanes of the definition), the halves fold 8-4-2-1 with shuffles, and
-//! lane 0 combines the chunk sums pairwise in chunk order.
+//! The sums of chunks c and c + 1 (of 256 terms, clipped to len) of the canonical sum, in
+//! lane 0 (`even`) and lane 16, which lane 0 also gets (`odd`; 0 when chunk c + 1 is past
+//! len). Lanes 0-15 take chunk c and lanes 16-31 chunk c + 1; lane j of a half sums terms
+//! j, j+16, ... of its chunk in order (the 16 strided lanes of the definition) and the
+//! halves fold 8-4-2-1 with shuffles.
+struct chunk_pair {
+  float even, odd;
+};
+template <class Term>
+__device__ chunk_pair warp_chunk_pair(std::uint64_t c, std::uint64_t len, Term& term) {
+  const unsigned lane = threadIdx.x % 32u, half = lane / 16u, j = lane % 16u;
+  const std::uint64_t begin = (c + half) * sum_chunk;
+  float acc = 0.0f;
+  for (std::uint64_t t = j; t < sum_chunk && begin + t < len; t += sum_lanes)
+    acc = fadd(acc, term(begin + t));
+  for (unsigned h = sum_lanes / 2; h >= 1; h /= 2) {
+    const float other = __shfl_down_sync(full_warp, acc, h, 16);
+    if (j < h) acc = fadd(acc, other);
+  }
+  return {acc, __shfl_sync(full_warp, acc, 16)};
+}
+
+//! The canonical sum of term(0 .. len) by one warp: chunk pairs in turn, lane 0 combining
+//! the chunk sums pairwise in chunk order.
 template <class Term>
 __device__ float warp_canonical_sum(std::uint64_t len, Term term) {
-  const unsigned lane = threadIdx.x % 32u, half = lane / 16u, j = lane % 16u;
+  const unsigned lane = threadIdx.x % 32u;
   pairwise_sum chunks;  // lane 0's is the one that counts
-  for (std::uint64_t c0 = 0; c0 < len; c0 += 2u * sum_chunk) {
-    const std::uint64_t begin = c0 + half * sum_chunk;
-    float acc = 0.0f;
-    for (std::uint64_t t = j; t < sum_chunk && begin + t < len; t += sum_lanes)
-      acc = fadd(acc, term(begin + t));
-    for (unsigned h = sum_lanes / 2; h >= 1; h /= 2) {
-      const float other = __shfl_down_sync(full_warp, acc, h, 16);
-      if (j < h) acc = fadd(acc, other);
-    }
-    const float odd = __shfl_sync(full_warp, acc, 16);
+  for (std::uint64_t c = 0; c * sum_chunk < len; c += 2u) {
+    const chunk_pair s = warp_chunk_pair(c, len, term);
     if (lane == 0) {
-      chunks.push(acc);
-      if (c0 + sum_chunk < len) chunks.push(odd);
+      chunks.push(s.even);
+      if ((c + 1) * sum_chunk < len) chunks.push(s.odd);
     }
   }
   return __shfl_sync(full_warp, lane == 0 ? chunks.total() : 0.0f, 0);
+}
+
+//! The canonical sum of term(0 .. len) by every warp of the block (blockDim.x = 32·W, W a
+//! power of two up to 32; every thread must call it and gets the result). A round takes
+//! 2W chunks, a pair per warp; a complete round's pair sums fold in warp 0 as the subtree
+//! they form (left + right at every level) and join thread 0's pairwise sum at height
+//! log2(2W), which the binary counter of the definition gives an aligned group of 2W chunk
+//! sums; the last, incomplete round joins pair by pair and chunk by chunk.
+template <class Term>
+__device__ float block_canonical_sum(std::uint64_t len, Term term) {
+  __shared__ float pair[32];
+  __shared__ float total;
+  const unsigned lane = threadIdx.x % 32u, warp = threadIdx.x / 32u, warps = blockDim.x / 32u;
+  const std::uint64_t chunks = (len + sum_chunk - 1) / sum_chunk;
+  int round_height = 1;
+  while ((1u << round_height) < 2u * warps) ++round_height;
+  pairwise_sum sum;  // thread 0's is the one that counts
+  for (std::uint64_t c0 = 0; c0 < chunks; c0 += 2u * warps) {
+    const std::uint64_t c = c0 + 2u * warp;
+    if (c < chunks) {
+      const chunk_pair s = warp_chunk_pair(c, len, term);
+      if (lane == 0) pair[warp] = c + 1 < chunks ? fadd(s.even, s.odd) : s.even;
+    }
+    __syncthreads();
+    if (c0 + 2u * warps <= chunks) {
+      if (warp == 0) {
+        float acc = lane < warps ? pair[lane] : 0.0f;
+        for (unsigned off = 1; off < warps; off *= 2) {
+          const float right = __shfl_down_sync(full_warp, acc, off);
+          if (lane % (2u * off) == 0) acc = fadd(acc, right);
+        }
+        if (lane == 0) sum.push(acc, round_height);
+      }
+    } else if (threadIdx.x == 0) {
+      for (std::uint64_t k = c0; k < chunks; k += 2u)
+        sum.push(pair[(k - c0) / 2u], k + 1 < chunks ? 1 : 0);
+    }
+    __syncthreads();  // pair[] is read before the next round writes it
+  }
+  if (threadIdx.x == 0) total = sum.total();
+  __syncthreads();
+  return total;
 }
 
 //! How many j in [0, len) satisfy pred(j).
@@ -74,6 +128,20 @@ struct warp_reducer {
     for (std::uint64_t j = threadIdx.x % 32u; j < len; j += 32u) f(j);
   }
   __device__ void sync() const { __syncwarp(); }
+};
+
+//! A reducer over the whole block (blockDim.x = 32·W, W a power of two up to 32): a group
+//! split over W warps, for groups long enough to keep them busy.
+struct block_reducer {
+  template <class Term>
+  __device__ float sum(std::uint64_t len, Term term) const {
+    return block_canonical_sum(len, term);
+  }
+  template <class F>
+  __device__ void each(std::uint64_t len, F f) const {
+    for (std::uint64_t j = threadIdx.x; j < len; j += blockDim.x) f(j);
+  }
+  __device__ void sync() const { __syncthreads(); }
 };
 
 //! bucket_scan over value(0 .. len) by the whole warp (max and "all finite" do not depend
