@@ -4,10 +4,10 @@
 //! Built from the public building blocks, so the arithmetic is the one the host tests
 //! prove equal to the reference (tests/test_blocks_fused.cpp).
 //!
-//! Encode is two kernels. scales_kernel gives each bucket to one warp: the scan (finite?
-//! max |v|) and the reductions of the codec's formula in the canonical order
-//! (blocks/warp.cuh), then the bucket's scales into the payload. codes_kernel gives each
-//! thread 32 consecutive elements, exactly `bits` 32-bit words of the code stream, and
+//! Encode is two kernels. scales_kernel gives each bucket to one warp, or a block for long
+//! buckets: the scan (finite? max |v|) and the reductions of the codec's formula in the
+//! canonical order (blocks/warp.cuh), then the bucket's scales into the payload. codes_kernel gives
+//! each thread 32 consecutive elements, exactly `bits` 32-bit words of the code stream, and
 //! quantizes them with the quantizer of their bucket, rebuilt from the stored scales.
 //! Decode is one kernel over the same 32-element groups. Error feedback is the generic
 //! composition done on the device: p = g + e into the workspace, encode p, and the decode
@@ -86,17 +86,34 @@ frame_shape shape_of_header(const frame_header& h) {
 
 using input = values_in;
 
+//! Which threads share a bucket: a warp (the usual buckets of tens to thousands of
+//! elements), or a whole block for buckets long enough that a warp each would leave the
+//! GPU mostly idle (few buckets) and each warp a long serial pass.
+struct warp_per_bucket {
+  blocks::warp_reducer red;
+  __device__ std::uint64_t first() const { return thread_index() / 32u; }
+  __device__ std::uint64_t stride() const { return thread_stride() / 32u; }
+  __device__ unsigned rank() const { return threadIdx.x % 32u; }
+};
+struct block_per_bucket {
+  blocks::block_reducer red;
+  __device__ std::uint64_t first() const { return blockIdx.x; }
+  __device__ std::uint64_t stride() const { return gridDim.x; }
+  __device__ unsigned rank() const { return threadIdx.x; }
+};
+
+template <class Group>
 __global__ void scales_kernel(frame_shape f, input in, std::uint8_t* payload, status_words* st) {
-  const unsigned lane = threadIdx.x % 32u;
-  const std::uint64_t warps = thread_stride() / 32u;
+  const Group g;
+  const unsigned rank = g.rank();
   float* scales = reinterpret_cast<float*>(payload + f.layout.scales_offset);
-  for (std::uint64_t b = thread_index() / 32u; b < f.layout.buckets; b += warps) {
+  for (std::uint64_t b = g.first(); b < f.layout.buckets; b += g.stride()) {
     const std::uint64_t begin = b * f.bucket;
     const std::uint64_t len = f.n - begin < f.bucket ? f.n - begin : f.bucket;
     const auto v = [&](std::uint64_t j) { return in(begin + j); };
-    const blocks::bucket_scan m = blocks::warp_bucket_scan(len, v);
+    const auto& red = g.red;
+    const blocks::bucket_scan m = red.scan(len, v);
     float s[2] = {blocks::canonical_nan(), blocks::canonical_nan()};
-    const blocks::warp_reducer red;
     if (m.finite) {
       switch (f.codec) {
         case codec_id::qsgd: s[0] = blocks::qsgd_norm(len, v, m, f.max_norm, red); break;
@@ -106,7 +123,7 @@ __global__ void scales_kernel(frame_shape f, input in, std::uint8_t* payload, st
                      .scale;
           break;
         case codec_id::minmax: {
-          const blocks::minmax_range r = blocks::warp_minmax_range(len, v);
+          const blocks::minmax_range r = red.range(len, v);
           s[0] = r.lo;
           s[1] = r.hi;
           break;
@@ -115,13 +132,27 @@ __global__ void scales_kernel(frame_shape f, input in, std::uint8_t* payload, st
         case codec_id::onebit: blocks::onebit_means(len, v, m.max_abs, s, red); break;
         default: break;
       }
-    } else if (lane == 0) {
+    } else if (rank == 0) {
       atomicOr(&st->nonfinite, 1u);
     }
-    if (lane < f.per) scales[b * f.per + lane] = s[lane];
+    if (rank < f.per) scales[b * f.per + rank] = s[rank];
   }
   if (thread_index() == 0)  // zero padding between the scales and the codes
     for (std::uint64_t k = f.layout.scales_bytes; k < f.layout.codes_offset; ++k) payload[k] = 0;
+}
+
+//! The scales of every bucket, by the group kind that keeps the GPU busy for this shape.
+void launch_scales(const frame_shape& f, input in, std::uint8_t* payload, status_words* st,
+                   cudaStream_t s) {
+  const std::uint64_t longest = f.bucket < f.n ? f.bucket : f.n;
+  if (longest < policy::block_group_min) {
+    scales_kernel<warp_per_bucket>
+        <<<grid_for(f.layout.buckets * 32u, threads), threads, 0, s>>>(f, in, payload, st);
+  } else {
+    const unsigned block = policy::split_threads(longest);
+    scales_kernel<block_per_bucket>
+        <<<grid_for(f.layout.buckets * block, block), block, 0, s>>>(f, in, payload, st);
+  }
 }
 
 //! The code of element i of a bucket, from the bucket's stored scales.
@@ -271,8 +302,7 @@ status encode_values(const detail::encode_call& c, input in) {
   auto* payload = reinterpret_cast<std::uint8_t*>(c.payload);
   const cudaStream_t s = stream_of(c.stream);
   if (f.layout.total > 0) {
-    scales_kernel<<<grid_for(f.layout.buckets * 32u, threads), threads, 0, s>>>(
-        f, in, payload, status_of(c.workspace));
+    launch_scales(f, in, payload, status_of(c.workspace), s);
     GRADCODEC_CUDA_LAUNCHED("scales_kernel");
     const std::uint64_t groups =
         ((f.layout.total - f.layout.codes_offset) / 4 + f.bits - 1) / f.bits;

@@ -17,12 +17,26 @@ inline constexpr unsigned hist_threads = 512;
 inline constexpr unsigned tile_threads = 256;
 inline constexpr unsigned tile_items = 16;
 
-//! The PowerSGD orthogonalization: one block per matrix, a warp per this many rows (two
-//! chunks of the canonical sum per round), up to orth_max_warps; a power of two of warps.
-inline constexpr unsigned orth_rows_per_warp = 512;
-inline constexpr unsigned orth_max_warps = 32;
+//! Groups reduced by a whole block (the PowerSGD orthogonalization's columns, long
+//! buckets): a warp per this many terms (two chunks of the canonical sum per round), up to
+//! group_max_warps, a power of two of warps.
+inline constexpr unsigned group_terms_per_warp = 512;
+inline constexpr unsigned group_max_warps = 32;
+//! Buckets of at least this many elements get a block each instead of a warp.
+inline constexpr unsigned block_group_min = 8192;
+
+//! The threads of a block that splits one group of `len` terms.
+constexpr unsigned split_threads(unsigned long long len) {
+  unsigned warps = 1;
+  while (warps < group_max_warps &&
+         static_cast<unsigned long long>(warps) * group_terms_per_warp < len)
+    warps *= 2;
+  return 32u * warps;
+}
 
 static_assert(threads % 32 == 0 && hist_threads % 32 == 0 && tile_threads % 32 == 0);
-static_assert((orth_max_warps & (orth_max_warps - 1)) == 0 && orth_max_warps <= 32);
+static_assert((group_max_warps & (group_max_warps - 1)) == 0 && group_max_warps <= 32);
+static_assert(split_threads(1) == 32 && split_threads(513) == 64 &&
+              split_threads(1u << 30) == 1024);
 
 }  // namespace gradcodec::cuda::policy

@@ -57,14 +57,8 @@ __global__ void orth_kernel(float* a, std::uint64_t m, std::uint32_t r, float ep
   blocks::powersgd_orthogonalize(a, m, r, eps, blocks::block_reducer{});
 }
 
-//! The block for orthogonalizing matrices of up to `rows` rows: a warp per
-//! orth_rows_per_warp rows, a power of two of warps, at most orth_max_warps.
-unsigned orth_threads(std::uint64_t rows) {
-  unsigned warps = 1;
-  while (warps < policy::orth_max_warps && std::uint64_t{warps} * policy::orth_rows_per_warp < rows)
-    warps *= 2;
-  return 32u * warps;
-}
+//! The block for orthogonalizing matrices of up to `rows` rows.
+unsigned orth_threads(std::uint64_t rows) { return policy::split_threads(rows); }
 
 //! Up to this many matrices per batched launch, passed by value (1.3 KB of parameters).
 constexpr std::size_t orth_batch_max = 64;

@@ -4,6 +4,7 @@
 //! compaction, candidate counts, the sparse residual and the sparse decode.
 #include <algorithm>
 
+#include <cub/block/block_load.cuh>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -20,6 +21,26 @@ using policy::tile_threads;
 constexpr std::uint64_t tile_size = tile_threads * tile_items;
 
 std::uint64_t tiles_of(std::uint64_t n) { return (n + tile_size - 1) / tile_size; }
+
+//! A tile's values through values_in, for cub::BlockLoad: it reads them striped (a warp's
+//! load spans 32 consecutive elements) and transposes them through shared memory, so
+//! each thread gets its tile_items consecutive elements without strided global reads.
+struct tile_source {
+  values_in v;
+  std::uint64_t begin;
+  __device__ __forceinline__ float operator[](std::uint64_t j) const { return v(begin + j); }
+};
+using tile_load = cub::BlockLoad<float, tile_threads, tile_items, cub::BLOCK_LOAD_TRANSPOSE>;
+
+//! Thread threadIdx.x's tile_items consecutive values of tile blockIdx.x (0 past n), and
+//! the index of the first.
+__device__ std::uint64_t load_tile(values_in v, std::uint64_t n,
+                                   typename tile_load::TempStorage& tmp, float (&x)[tile_items]) {
+  const std::uint64_t tile_begin = blockIdx.x * tile_size;
+  const std::uint64_t valid = n - tile_begin < tile_size ? n - tile_begin : tile_size;
+  tile_load(tmp).Load(tile_source{v, tile_begin}, x, static_cast<int>(valid), 0.0f);
+  return tile_begin + threadIdx.x * tile_items;
+}
 
 __global__ void rule_init_kernel(select_rule* rule, float tau, std::uint64_t m) {
   *rule = select_rule{};
@@ -58,20 +79,25 @@ __global__ void descend_kernel(select_rule* rule, const unsigned long long* hist
 __global__ void tile_count_kernel(values_in v, std::uint64_t n, const select_rule* rule,
                                   std::uint32_t* tile_above, std::uint32_t* tile_equal) {
   using reduce = cub::BlockReduce<std::uint32_t, tile_threads>;
-  __shared__ typename reduce::TempStorage tmp;
+  __shared__ union {
+    typename tile_load::TempStorage load;
+    typename reduce::TempStorage reduce;
+  } tmp;
   const select_rule r = *rule;
   const std::uint32_t t_key = r.state.threshold();
-  const std::uint64_t begin = blockIdx.x * tile_size + threadIdx.x * tile_items;
+  float x[tile_items];
+  const std::uint64_t begin = load_tile(v, n, tmp.load, x);
   std::uint32_t above = 0, equal = 0;
-  for (std::uint64_t i = begin; i < begin + tile_items && i < n; ++i) {
+  for (unsigned j = 0; j < tile_items && begin + j < n; ++j) {
     std::uint32_t key = 0;
-    if (!r.key_of(v(i), key)) continue;
+    if (!r.key_of(x[j], key)) continue;
     above += key > t_key ? 1u : 0u;
     equal += key == t_key ? 1u : 0u;
   }
-  const std::uint32_t total_above = reduce(tmp).Sum(above);
+  __syncthreads();  // tmp.load is read before tmp.reduce reuses it
+  const std::uint32_t total_above = reduce(tmp.reduce).Sum(above);
   __syncthreads();
-  const std::uint32_t total_equal = reduce(tmp).Sum(equal);
+  const std::uint32_t total_equal = reduce(tmp.reduce).Sum(equal);
   if (threadIdx.x == 0) {
     tile_above[blockIdx.x] = total_above;
     tile_equal[blockIdx.x] = total_equal;
@@ -107,23 +133,27 @@ __global__ void tile_write_kernel(values_in v, std::uint64_t n, const select_rul
                                   const std::uint64_t* above_before,
                                   const std::uint64_t* equal_before, sparse_out out) {
   using scan = cub::BlockScan<std::uint32_t, tile_threads>;
-  __shared__ typename scan::TempStorage tmp;
+  __shared__ union {
+    typename tile_load::TempStorage load;
+    typename scan::TempStorage scan;
+  } tmp;
   const select_rule r = *rule;
   const std::uint32_t t_key = r.state.threshold();
   const std::uint64_t need = r.state.need_equal();
-  const std::uint64_t begin = blockIdx.x * tile_size + threadIdx.x * tile_items;
+  float x[tile_items];
+  const std::uint64_t begin = load_tile(v, n, tmp.load, x);
   // Per element: 0 = out, 1 = key above T, 2 = key equal to T.
   std::uint8_t kind[tile_items];
   std::uint32_t equal = 0;
   for (unsigned j = 0; j < tile_items; ++j) {
-    const std::uint64_t i = begin + j;
     std::uint32_t key = 0;
     kind[j] = 0;
-    if (i < n && r.key_of(v(i), key)) kind[j] = key > t_key ? 1 : (key == t_key ? 2 : 0);
+    if (begin + j < n && r.key_of(x[j], key)) kind[j] = key > t_key ? 1 : (key == t_key ? 2 : 0);
     equal += kind[j] == 2 ? 1u : 0u;
   }
+  __syncthreads();  // tmp.load is read before tmp.scan reuses it
   std::uint32_t equal_rank = 0, total = 0;
-  scan(tmp).ExclusiveSum(equal, equal_rank, total);
+  scan(tmp.scan).ExclusiveSum(equal, equal_rank, total);
   __syncthreads();
   const std::uint64_t eq0 = equal_before[blockIdx.x] + equal_rank;
   std::uint32_t chosen = 0;
@@ -133,7 +163,7 @@ __global__ void tile_write_kernel(values_in v, std::uint64_t n, const select_rul
     if (kind[j] == 2) chosen += e++ < need ? 1u : 0u;
   }
   std::uint32_t rank = 0;
-  scan(tmp).ExclusiveSum(chosen, rank, total);
+  scan(tmp.scan).ExclusiveSum(chosen, rank, total);
   const std::uint64_t eb = equal_before[blockIdx.x];
   std::uint64_t pos = above_before[blockIdx.x] + (eb < need ? eb : need) + rank;
   e = eq0;
@@ -141,12 +171,11 @@ __global__ void tile_write_kernel(values_in v, std::uint64_t n, const select_rul
     const bool take = kind[j] == 1 || (kind[j] == 2 && e++ < need);
     if (!take) continue;
     const std::uint64_t i = begin + j;
-    const float x = v(i);
     if (out.wire == dtype::f32)
-      reinterpret_cast<float*>(out.values)[pos] = x;
+      reinterpret_cast<float*>(out.values)[pos] = x[j];
     else
       reinterpret_cast<std::uint16_t*>(out.values)[pos] =
-          out.wire == dtype::f16 ? blocks::f32_to_f16(x) : blocks::f32_to_bf16(x);
+          out.wire == dtype::f16 ? blocks::f32_to_f16(x[j]) : blocks::f32_to_bf16(x[j]);
     if (out.index64)
       reinterpret_cast<std::uint64_t*>(out.index)[pos] = i;
     else

@@ -64,6 +64,14 @@ const char* const kSpecs[] = {
     "sign:scale=l2,bucket=7",
     "onebit",
     "onebit:bucket=3",
+    // Buckets of 8192 elements and more take a block each (launch_scales): every codec
+    // with block reductions, and a last bucket shorter than the rest.
+    "qsgd:bucket=100000",
+    "terngrad:clip=2.5,bucket=8192",
+    "minmax:bits=4,bucket=9000",
+    "sign:scale=mean,bucket=65536",
+    "sign:scale=l2,bucket=20001",
+    "onebit:bucket=20000",
     "randomk",
     "randomk:ratio=0.3,unbiased=1",
     "randomk:k=3",

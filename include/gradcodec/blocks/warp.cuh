@@ -114,6 +114,106 @@ __device__ std::uint64_t warp_count(std::uint64_t len, Pred pred) {
   return c;
 }
 
+//! An accumulator (bucket_scan, minmax_range) of value(j) for j = first, first + stride,
+//! ... below len.
+template <class Acc, class Value>
+__device__ Acc strided(std::uint64_t len, Value& value, std::uint64_t first, std::uint64_t stride) {
+  Acc a;
+  for (std::uint64_t j = first; j < len; j += stride) a.add(value(j));
+  return a;
+}
+
+//! Folds the lanes' accumulators, so every lane holds the warp's (max and "all finite",
+//! and minmax_range, whose add makes −0.0 +0.0, do not depend on the order).
+__device__ inline void warp_fold(bucket_scan& m) {
+  for (unsigned off = 16; off >= 1; off /= 2) {
+    const float other = __shfl_xor_sync(full_warp, m.max_abs, off);
+    if (other > m.max_abs) m.max_abs = other;
+  }
+  m.finite = __all_sync(full_warp, m.finite) != 0;
+}
+__device__ inline void warp_fold(minmax_range& r) {
+  for (unsigned off = 16; off >= 1; off /= 2) {
+    const float lo = __shfl_xor_sync(full_warp, r.lo, off);
+    const float hi = __shfl_xor_sync(full_warp, r.hi, off);
+    if (lo < r.lo) r.lo = lo;
+    if (hi > r.hi) r.hi = hi;
+  }
+}
+
+//! bucket_scan over value(0 .. len) by the whole warp.
+template <class Value>
+__device__ bucket_scan warp_bucket_scan(std::uint64_t len, Value value) {
+  bucket_scan m = strided<bucket_scan>(len, value, threadIdx.x % 32u, 32u);
+  warp_fold(m);
+  return m;
+}
+
+//! minmax_range over value(0 .. len) by the whole warp (of a finite bucket).
+template <class Value>
+__device__ minmax_range warp_minmax_range(std::uint64_t len, Value value) {
+  minmax_range r = strided<minmax_range>(len, value, threadIdx.x % 32u, 32u);
+  warp_fold(r);
+  return r;
+}
+
+//! The block's versions (blockDim.x a multiple of 32): each warp folds its share, then
+//! every thread folds the warps' (x, y) pairs with fold(x, y, x_w, y_w); the results do
+//! not depend on the order.
+template <class Fold>
+__device__ void block_fold(float& x, float& y, Fold fold) {
+  __shared__ float xs[32], ys[32];
+  if (threadIdx.x % 32u == 0) {
+    xs[threadIdx.x / 32u] = x;
+    ys[threadIdx.x / 32u] = y;
+  }
+  __syncthreads();
+  for (unsigned w = 0; w < blockDim.x / 32u; ++w) fold(x, y, xs[w], ys[w]);
+  __syncthreads();  // read before the next call writes them
+}
+
+template <class Value>
+__device__ bucket_scan block_bucket_scan(std::uint64_t len, Value value) {
+  bucket_scan m = strided<bucket_scan>(len, value, threadIdx.x, blockDim.x);
+  warp_fold(m);
+  float finite = m.finite ? 1.0f : 0.0f;
+  block_fold(m.max_abs, finite, [](float& a, float& f, float a_w, float f_w) {
+    if (a_w > a) a = a_w;
+    if (f_w < f) f = f_w;
+  });
+  m.finite = finite != 0.0f;
+  return m;
+}
+
+template <class Value>
+__device__ minmax_range block_minmax_range(std::uint64_t len, Value value) {
+  minmax_range r = strided<minmax_range>(len, value, threadIdx.x, blockDim.x);
+  warp_fold(r);
+  block_fold(r.lo, r.hi, [](float& lo, float& hi, float lo_w, float hi_w) {
+    if (lo_w < lo) lo = lo_w;
+    if (hi_w > hi) hi = hi_w;
+  });
+  return r;
+}
+
+template <class Pred>
+__device__ std::uint64_t block_count(std::uint64_t len, Pred pred) {
+  __shared__ unsigned long long part[32];
+  unsigned long long c = 0;
+  for (std::uint64_t j = threadIdx.x; j < len; j += blockDim.x) c += pred(j) ? 1u : 0u;
+  for (unsigned off = 16; off >= 1; off /= 2) c += __shfl_xor_sync(full_warp, c, off);
+  if (threadIdx.x % 32u == 0) part[threadIdx.x / 32u] = c;
+  __syncthreads();
+  std::uint64_t total = 0;
+  for (unsigned w = 0; w < blockDim.x / 32u; ++w) total += part[w];
+  __syncthreads();
+  return total;
+}
+
+//! The reducers the scale functions of blocks/quantize.hpp and blocks/sign.hpp and the
+//! PowerSGD orthogonalization take (canonical_sum.hpp's sequential_reducer on one thread):
+//! a group split over one warp, or over the whole block for groups long enough to keep
+//! its warps busy. `scan` and `range` are the bucket scans of the bucketed codecs.
 struct warp_reducer {
   template <class Term>
   __device__ float sum(std::uint64_t len, Term term) const {
@@ -123,6 +223,14 @@ struct warp_reducer {
   __device__ std::uint64_t count(std::uint64_t len, Pred pred) const {
     return warp_count(len, pred);
   }
+  template <class Value>
+  __device__ bucket_scan scan(std::uint64_t len, Value value) const {
+    return warp_bucket_scan(len, value);
+  }
+  template <class Value>
+  __device__ minmax_range range(std::uint64_t len, Value value) const {
+    return warp_minmax_range(len, value);
+  }
   template <class F>
   __device__ void each(std::uint64_t len, F f) const {
     for (std::uint64_t j = threadIdx.x % 32u; j < len; j += 32u) f(j);
@@ -130,12 +238,23 @@ struct warp_reducer {
   __device__ void sync() const { __syncwarp(); }
 };
 
-//! A reducer over the whole block (blockDim.x = 32·W, W a power of two up to 32): a group
-//! split over W warps, for groups long enough to keep them busy.
+//! blockDim.x = 32·W, W a power of two up to 32.
 struct block_reducer {
   template <class Term>
   __device__ float sum(std::uint64_t len, Term term) const {
     return block_canonical_sum(len, term);
+  }
+  template <class Pred>
+  __device__ std::uint64_t count(std::uint64_t len, Pred pred) const {
+    return block_count(len, pred);
+  }
+  template <class Value>
+  __device__ bucket_scan scan(std::uint64_t len, Value value) const {
+    return block_bucket_scan(len, value);
+  }
+  template <class Value>
+  __device__ minmax_range range(std::uint64_t len, Value value) const {
+    return block_minmax_range(len, value);
   }
   template <class F>
   __device__ void each(std::uint64_t len, F f) const {
@@ -143,35 +262,5 @@ struct block_reducer {
   }
   __device__ void sync() const { __syncthreads(); }
 };
-
-//! bucket_scan over value(0 .. len) by the whole warp (max and "all finite" do not depend
-//! on the order).
-template <class Value>
-__device__ bucket_scan warp_bucket_scan(std::uint64_t len, Value value) {
-  const unsigned lane = threadIdx.x % 32u;
-  bucket_scan m;
-  for (std::uint64_t j = lane; j < len; j += 32u) m.add(value(j));
-  for (unsigned off = 16; off >= 1; off /= 2) {
-    const float other = __shfl_xor_sync(full_warp, m.max_abs, off);
-    if (other > m.max_abs) m.max_abs = other;
-  }
-  m.finite = __all_sync(full_warp, m.finite) != 0;
-  return m;
-}
-
-//! minmax_range over value(0 .. len) by the whole warp (of a finite bucket).
-template <class Value>
-__device__ minmax_range warp_minmax_range(std::uint64_t len, Value value) {
-  const unsigned lane = threadIdx.x % 32u;
-  minmax_range r;
-  for (std::uint64_t j = lane; j < len; j += 32u) r.add(value(j));
-  for (unsigned off = 16; off >= 1; off /= 2) {
-    const float lo = __shfl_xor_sync(full_warp, r.lo, off);
-    const float hi = __shfl_xor_sync(full_warp, r.hi, off);
-    if (lo < r.lo) r.lo = lo;
-    if (hi > r.hi) r.hi = hi;
-  }
-  return r;
-}
 
 }  // namespace gradcodec::blocks
