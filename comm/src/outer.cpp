@@ -70,7 +70,9 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-constexpr std::uint64_t outer_protocol = 1;
+// 2 (0.4.0): fragments assigned largest tensor first; a rank or state of protocol 1 is
+// another configuration.
+constexpr std::uint64_t outer_protocol = 2;
 // The participation draw's tensor id: no codec context uses it (fragments are 0..P-1).
 constexpr std::uint64_t participation_stream = 0x6F75746572ull;  // "outer"
 
@@ -374,15 +376,25 @@ std::vector<tensor_slot> outer_fragment(const outer_config& cfg, std::uint64_t n
     out.push_back({lo, hi - lo, 0});
     return out;
   }
-  // Tensor i joins the fragment with the fewest elements so far (the lowest on ties):
-  // round robin for tensors of equal size, balanced bytes per sync for unequal ones.
+  // Largest first (by index on ties), each tensor joins the fragment with the fewest
+  // elements so far (the lowest on ties): round robin over tensors of equal size, and
+  // fragments within one tensor of each other for unequal ones (in index order a large
+  // tensor arriving last lands on an already full fragment). Slots stay in index order.
+  const std::span<const tensor_slot> tensors = cfg.reduce.tensors;
+  std::vector<std::size_t> order(tensors.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return tensors[a].n > tensors[b].n; });
   std::vector<std::uint64_t> load(parts, 0);
-  for (const tensor_slot& s : cfg.reduce.tensors) {
+  std::vector<bool> mine(tensors.size(), false);
+  for (const std::size_t i : order) {
     const auto to =
         static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    load[to] += s.n;
-    if (to == p) out.push_back(s);
+    load[to] += tensors[i].n;
+    mine[i] = to == p;
   }
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    if (mine[i]) out.push_back(tensors[i]);
   return out;
 }
 

@@ -257,6 +257,18 @@ TEST(Outer, TheScheduleStaggersFragmentsAndStridesTensors) {
     for (const auto& slot : gcc::outer_fragment(c, 220, p)) sizes[p] += slot.n;
   EXPECT_EQ(sizes[0], 110u);
   EXPECT_EQ(sizes[1], 110u);
+  // A large tensor after small ones: taken first, so the fragments are 30 and 30 (in index
+  // order 10, 10 and 10 would spread first and the 30 land on one of them: 20 and 40). A
+  // fragment's slots stay in index order.
+  const std::vector<gcc::tensor_slot> late = {{0, 10, 0}, {10, 10, 0}, {20, 10, 0}, {30, 30, 0}};
+  c.reduce.tensors = late;
+  const auto g0 = gcc::outer_fragment(c, 60, 0), g1 = gcc::outer_fragment(c, 60, 1);
+  ASSERT_EQ(g0.size(), 1u);
+  EXPECT_EQ(g0[0].offset, 30u);
+  ASSERT_EQ(g1.size(), 3u);
+  EXPECT_EQ(g1[0].offset, 0u);
+  EXPECT_EQ(g1[1].offset, 10u);
+  EXPECT_EQ(g1[2].offset, 20u);
 }
 
 // A checkpoint taken with a sync in flight (settled, saved, loaded into a new state and
