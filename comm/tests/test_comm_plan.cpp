@@ -14,6 +14,7 @@
 
 #include "comm_test_util.hpp"
 #include "gradcodec/comm/calibrate.hpp"
+#include "gradcodec/comm/drift.hpp"
 #include "gradcodec/comm/plan.hpp"
 #include "gradcodec/comm/thread_communicator.hpp"
 #include "gradcodec/powersgd.hpp"
@@ -512,6 +513,90 @@ TEST(Calibrate, MeasuresEveryCodecAndTheLinkTheSameOnEveryRank) {
   req.ranks = 2;
   req.accept = opt.specs;
   EXPECT_TRUE(gcc::plan(req, p).ok());
+}
+
+// --- drift (comm/drift.hpp) ----------------------------------------------------------
+
+gcc::plan_row row_of(const char* text, gcc::strategy how, double predicted_s) {
+  gcc::plan_row r;
+  r.config.spec = spec(text);
+  r.config.how = how;
+  r.predicted.total_s = predicted_s;
+  return r;
+}
+
+TEST(Drift, RunningRatioFollowsCallsAndRestartsWithANewRow) {
+  gcc::drift_tracker d;  // ewma 0.2
+  const gcc::plan_row a = row_of("minmax:bits=4", gcc::strategy::allgather, 0.010);
+  EXPECT_FALSE(d.ratio(7).has_value());
+  d.observe(7, a, 0.020);
+  d.observe(7, a, 0.030);
+  EXPECT_DOUBLE_EQ(*d.ratio(7), 0.8 * 2.0 + 0.2 * 3.0);
+  EXPECT_DOUBLE_EQ(*d.seconds(7), 0.8 * 0.020 + 0.2 * 0.030);
+  d.observe(7, row_of("minmax:bits=4", gcc::strategy::two_phase, 0.010), 0.005);
+  EXPECT_DOUBLE_EQ(*d.ratio(7), 0.5);
+}
+
+TEST(Drift, ScalingTouchesWhatThePredictionCameFrom) {
+  gcc::cost_profile p = hand_profile({spec("minmax:bits=4"), spec("bf16")}, 1e9);
+  gcc::candidate mean;
+  mean.uncompressed = true;
+  ASSERT_TRUE(gcc::scale_for_drift(p, mean, 2.0).ok());
+  EXPECT_DOUBLE_EQ(p.link.allreduce.bytes_per_s, 0.5e9);
+  gcc::candidate mm = row_of("minmax:bits=4", gcc::strategy::two_phase, 1).config;
+  ASSERT_TRUE(gcc::scale_for_drift(p, mm, 1.5).ok());  // no factor yet: one at 1, scaled
+  const gcc::in_call_factor* f = p.compute.codecs[0].factor(gcc::strategy::two_phase, false);
+  ASSERT_NE(f, nullptr);
+  EXPECT_DOUBLE_EQ(f->compute, 1.5);
+  ASSERT_TRUE(gcc::scale_for_drift(p, mm, 1e9).ok());
+  EXPECT_DOUBLE_EQ(p.compute.codecs[0].factor(gcc::strategy::two_phase, false)->compute, 1e3);
+  EXPECT_EQ(gcc::scale_for_drift(p, mm, 0.0).code(), status_code::invalid_argument);
+  mm.spec = spec("qsgd");
+  EXPECT_EQ(gcc::scale_for_drift(p, mm, 2.0).code(), status_code::invalid_argument);
+}
+
+// Three ranks time bucket 0 at 2.0, 2.1 and 2.2 times its prediction, bucket 1 close to
+// it, and bucket 2 on rank 0 only: every rank re-plans bucket 0 alone, scaled by the
+// median 2.1, and the profiles stay byte-identical.
+TEST(Drift, RanksAgreeOnTheMedianAndReplanTheSameBuckets) {
+  const gcc::cost_profile start = hand_profile({spec("minmax:bits=4"), spec("bf16")}, 1e8);
+  std::vector<std::string> profiles(3);
+  std::vector<std::vector<std::uint64_t>> again(3);
+  std::vector<std::optional<double>> kept(3);
+  auto st = gcc::run_threads(3, [&](gcc::communicator& comm) -> status {
+    gcc::cost_profile p = start;
+    gcc::plan_request req;
+    req.elements = std::uint64_t{1} << 20;
+    req.ranks = comm.size();
+    req.accept = {spec("minmax:bits=4")};
+    const gcc::plan_result planned = gcc::plan(req, p).value();
+    const gcc::plan_row& row = planned.choice();
+    const double t = row.predicted.total_s;
+    gcc::drift_tracker d;
+    for (int call = 0; call < 3; ++call) {
+      d.observe(0, row, t * (2.0 + 0.1 * comm.rank()));
+      d.observe(1, row, t * 1.1);
+      if (comm.rank() == 0) d.observe(2, row, t * 5);
+    }
+    auto r = d.agree(comm, p);
+    if (!r.ok()) return r.error();
+    const auto me = static_cast<std::size_t>(comm.rank());
+    again[me] = r.value();
+    kept[me] = d.ratio(1);
+    profiles[me] = gcc::profile_to_json(p);
+    // What was scaled: the chosen row's entry, by 2.1.
+    gcc::cost_profile want = start;
+    if (status s = gcc::scale_for_drift(want, row.config, 2.0 + 0.1); !s.ok()) return s;
+    if (gcc::profile_to_json(want) != profiles[me])
+      return {status_code::internal_error, "the profile was not scaled by the median"};
+    return d.replans() == 1 ? status{} : status{status_code::internal_error, "replans != 1"};
+  });
+  for (const status& s : st) EXPECT_TRUE(s.ok()) << s.message();
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(again[r], std::vector<std::uint64_t>{0}) << r;
+    EXPECT_EQ(profiles[r], profiles[0]) << r;
+    EXPECT_TRUE(kept[r].has_value()) << r;  // bucket 1 stays within the limit
+  }
 }
 
 }  // namespace

@@ -9,16 +9,15 @@ rank chooses the same. Each distinct choice runs in a HookState of its own (its 
 its counters), which the auto state drives.
 
 Drift: every bucket's call is timed (from the hook's entry to its completion callback) and
-an exponentially weighted ratio measured / predicted kept per plan. Every ``replan_every``
-steps the ranks exchange their ratios; where the median ratio leaves [1/1.25, 1.25], the
-profile entry the choice was predicted from is scaled by it (the codec's in-call factors of
-that strategy; for the float32 mean, the allreduce rate) and the bucket is planned again.
-The exchange is one all-gather at the same step on every rank, and the update is computed
-from the same gathered values, so the ranks' profiles and plans stay identical."""
+kept by the library's drift tracker (gradcodec/comm/drift.hpp): an exponentially weighted
+ratio measured / predicted per plan. Every ``replan_every`` steps the ranks agree on the
+ratios (the median over the ranks); where it leaves [1/1.25, 1.25], the profile entry the
+choice was predicted from is scaled by it (the codec's in-call factor of that strategy; for
+the float32 mean, the allreduce rate) and the bucket is planned again. The agreement is
+collective at the same step on every rank, and the update is computed from the same
+gathered values, so the ranks' profiles and plans stay identical."""
 
 import json
-import math
-import statistics
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _gradcodec as _gc
@@ -31,6 +30,14 @@ DEFAULT_CANDIDATES = ("minmax:bits=4", "qsgd", "onebit", "sign:scale=mean", "pow
 # 1 before the bucket is planned again.
 _EWMA = 0.2
 _DRIFT = 1.25
+
+# A bucket's key for the drift tracker: its index above its element count.
+_KEY_SHIFT = 40
+
+
+def _key(index: int, numel: int) -> int:
+    return (index << _KEY_SHIFT) | numel
+
 
 # The library's strategy names and the hook's.
 _HOOK_STRATEGY = {"allgather": "allgather", "two_phase": "two_phase", "dense": "dense",
@@ -80,15 +87,22 @@ class Planner:
             raise ValueError("replan_every must be >= 0")
         self.replan_every = int(replan_every)
         self.replans = 0  # buckets planned again after a drift
+        self._drift = _gc.DriftTracker(ewma=_EWMA, limit=_DRIFT)
+        self._comm: Optional[Any] = None
+
+    def _communicator(self, process_group: Optional[Any]):
+        if self._comm is None:
+            from ._torch_transport import TorchTransport
+            self._comm = _gc.Communicator.from_transport(TorchTransport(process_group))
+        return self._comm
 
     def calibrate(self, process_group: Optional[Any], numel: int) -> None:
         """Collective over the group: measures the profile (once), its in-call factors on
         calls of the first bucket's size in one segment, as the hook sends a bucket."""
         if self.profile is not None:
             return
-        from ._torch_transport import TorchTransport
-        comm = _gc.Communicator.from_transport(TorchTransport(process_group))
-        self.profile = _gc.calibrate(comm, [c.spec for c in self.candidates],
+        self.profile = _gc.calibrate(self._communicator(process_group),
+                                     [c.spec for c in self.candidates],
                                      threads=self.threads, in_call=max(int(numel), 1),
                                      in_call_segment=0)
 
@@ -109,61 +123,37 @@ class Planner:
         strategy = hook_strategy(row, allowed)
         assert strategy is not None, row  # everything else was excluded
         plan = {"bucket": index, "elements": numel, "row": row, "strategy": strategy,
-                "reason": planned["reason"], "alternatives": rows[:4],
-                "ratio": None, "measured_s": None}
+                "reason": planned["reason"], "alternatives": rows[:4]}
         self.plans[key] = plan
         return plan
 
     def observe(self, index: int, numel: int, seconds: float) -> None:
         """One timed call of a planned bucket (this rank's)."""
         p = self.plans.get((index, numel))
-        if p is None or p["row"]["total_s"] <= 0:
-            return
-        r = seconds / p["row"]["total_s"]
-        p["ratio"] = r if p["ratio"] is None else (1 - _EWMA) * p["ratio"] + _EWMA * r
-        m = p["measured_s"]
-        p["measured_s"] = seconds if m is None else (1 - _EWMA) * m + _EWMA * seconds
+        if p is not None:
+            self._drift.observe(_key(index, numel), p["row"], seconds)
 
-    def replan(self, gather) -> None:
-        """Collective (``gather(obj)`` returns every rank's obj in rank order): agrees on
-        the drift of every plan and plans the drifted buckets again."""
-        mine = {f"{i}:{n}": p["ratio"] for (i, n), p in self.plans.items()}
-        everyone = gather(mine)
-        profile = json.loads(self.profile)
-        changed = False
-        for key in sorted(self.plans):
-            name = f"{key[0]}:{key[1]}"
-            seen = [r[name] for r in everyone if r.get(name) is not None]
-            if len(seen) != len(everyone):
-                continue  # a rank has not timed this bucket yet
-            ratio = statistics.median_high(seen)
-            if abs(math.log(ratio)) <= math.log(_DRIFT):
-                continue
-            self._scale(profile, self.plans[key], ratio)
-            del self.plans[key]
-            changed = True
-            self.replans += 1
-        if changed:
-            self.profile = json.dumps(profile)
+    def replan(self, process_group: Optional[Any]) -> None:
+        """Collective over the group: agrees on the drift of every plan and plans the
+        drifted buckets again."""
+        keys, self.profile = self._drift.agree(self._communicator(process_group), self.profile)
+        for key in keys:
+            del self.plans[(key >> _KEY_SHIFT, key & ((1 << _KEY_SHIFT) - 1))]
+        self.replans += len(keys)
 
-    @staticmethod
-    def _scale(profile: Dict[str, Any], plan: Dict[str, Any], ratio: float) -> None:
-        """Scales what the plan's prediction came from by the agreed ratio."""
-        row = plan["row"]
-        if row["uncompressed"]:
-            profile["link"]["allreduce"]["bytes_per_s"] /= ratio
-            return
-        for c in profile["codecs"]:
-            if _gc.Codec(c["spec"]).spec != _gc.Codec(row["spec"]).spec:
-                continue
-            factors = [f for f in c.get("in_call", []) if f["strategy"] == row["strategy"] and
-                       not f.get("pipeline", 0)]
-            if not factors:
-                factors = [{"strategy": row["strategy"], "pipeline": 0, "compute": 1.0,
-                            "wait": 0.0}]
-                c.setdefault("in_call", []).append(factors[0])
-            for f in factors:  # the waits grow with the compute they are a share of
-                f["compute"] = min(max(f["compute"] * ratio, 1e-3), 1e3)
+    def drift_state(self) -> List[Tuple[int, int, float, float]]:
+        """(index, numel, ratio, seconds) of every timed plan, for a checkpoint."""
+        out = []
+        for (index, numel) in sorted(self.plans):
+            ratio = self._drift.ratio(_key(index, numel))
+            if ratio is not None:
+                out.append((index, numel, ratio, self._drift.seconds(_key(index, numel))))
+        return out
+
+    def restore_drift(self, saved: Sequence[Tuple[int, int, float, float]]) -> None:
+        for index, numel, ratio, seconds in saved:
+            self._drift.restore(_key(index, numel), self.plans[(index, numel)]["row"], ratio,
+                                seconds)
 
     def report(self) -> List[Dict[str, Any]]:
         out = []
@@ -172,7 +162,8 @@ class Planner:
                 "bucket": index, "elements": numel,
                 "chosen": p["row"]["candidate"], "strategy": p["strategy"],
                 "spec": p["row"]["spec"] or None,
-                "predicted_s": p["row"]["total_s"], "measured_s": p["measured_s"],
+                "predicted_s": p["row"]["total_s"],
+                "measured_s": self._drift.seconds(_key(index, numel)),
                 "reason": p["reason"],
                 "alternatives": [(r["candidate"], r["total_s"]) for r in p["alternatives"]],
             })

@@ -286,11 +286,6 @@ class HookState:
             raise ValueError("plan_report() is for HookState(spec='auto')")
         return self._auto.report()
 
-    def _gather(self, obj: Any) -> List[Any]:
-        out: List[Any] = [None] * dist.get_world_size(self.process_group)
-        dist.all_gather_object(out, obj, group=self.process_group)
-        return out
-
     def _sub_state(self, key: Tuple[str, str]) -> "HookState":
         sub = self._subs.get(key)
         if sub is None:
@@ -311,7 +306,7 @@ class HookState:
         auto.calibrate(self.process_group, numel)
         if bucket.is_last() and auto.replan_every and self.step > 0 and \
                 self.step % auto.replan_every == 0:
-            auto.replan(self._gather)
+            auto.replan(self.process_group)
         plan = auto.choose(index, numel, world, _strategy_allowed)
         sub = self._sub_state((plan["row"]["spec"], plan["strategy"]))
         sub.step = self.step
@@ -343,6 +338,7 @@ class HookState:
                 "profile": self._auto.profile,
                 "plans": [(k, p) for k, p in self._auto.plans.items()],
                 "replans": self._auto.replans,
+                "drift": self._auto.drift_state(),
                 "subs": [(k, sub.state_dict()) for k, sub in self._subs.items()],
             }
         buckets = {}
@@ -380,6 +376,7 @@ class HookState:
             self._auto.profile = state["profile"]
             self._auto.plans = {tuple(k): p for k, p in state["plans"]}
             self._auto.replans = int(state["replans"])
+            self._auto.restore_drift(state.get("drift", ()))  # before 0.4.0: none saved
             self._subs = {}
             for key, sub_state in state["subs"]:
                 self._sub_state(tuple(key)).load_state_dict(sub_state)

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! The planner from Python (gradcodec/comm/plan.hpp, calibrate.hpp): calibrate over a
-//! Communicator, the codec costs of this process alone, and plan() on a profile given as
-//! its JSON text. gradcodec.torch's HookState(spec="auto") is built on these.
+//! Communicator, the codec costs of this process alone, plan() on a profile given as its
+//! JSON text, and the drift tracker. gradcodec.torch's HookState(spec="auto") is built on
+//! these.
 #include <nanobind/stl/pair.h>
 
 #include <string>
@@ -11,6 +12,7 @@
 #include "common.hpp"
 #include "communicator.hpp"
 #include "gradcodec/comm/calibrate.hpp"
+#include "gradcodec/comm/drift.hpp"
 #include "gradcodec/comm/plan.hpp"
 
 namespace gradcodec::python {
@@ -47,6 +49,7 @@ nb::dict row_dict(const gcc::plan_row& r) {
   d["segment"] = c.segment_elements;
   d["pipeline"] = c.pipeline;
   d["error_feedback"] = c.error_feedback;
+  d["transport_allreduce"] = c.transport_allreduce;
   d["total_s"] = r.predicted.total_s;
   d["compute_s"] = r.predicted.compute_s;
   d["transfer_s"] = r.predicted.transfer_s;
@@ -55,9 +58,67 @@ nb::dict row_dict(const gcc::plan_row& r) {
   return d;
 }
 
+//! The candidate and prediction of a row_dict (what drift_tracker needs of it).
+gcc::plan_row row_of(const nb::dict& d) {
+  gcc::plan_row r;
+  gcc::candidate& c = r.config;
+  c.uncompressed = nb::cast<bool>(d["uncompressed"]);
+  if (!c.uncompressed) {
+    c.spec = spec_arg(d["spec"]);
+    c.how = unwrap(gcc::strategy_from_name(nb::cast<std::string>(d["strategy"])));
+  }
+  c.segment_elements = nb::cast<std::uint64_t>(d["segment"]);
+  c.pipeline = nb::cast<bool>(d["pipeline"]);
+  c.error_feedback = nb::cast<bool>(d["error_feedback"]);
+  c.transport_allreduce = nb::cast<bool>(d["transport_allreduce"]);
+  r.predicted.total_s = nb::cast<double>(d["total_s"]);
+  return r;
+}
+
 }  // namespace
 
 void register_plan(nb::module_& m) {
+  nb::class_<gcc::drift_tracker>(
+      m, "DriftTracker",
+      "Measured against predicted time per planned bucket, agreed across ranks "
+      "(gradcodec/comm/drift.hpp, docs/planner.md \"Drift\").")
+      .def(
+          "__init__",
+          [](gcc::drift_tracker* t, double ewma, double limit) {
+            new (t) gcc::drift_tracker(gcc::drift_options{ewma, limit});
+          },
+          nb::arg("ewma") = 0.2, nb::arg("limit") = 1.25)
+      .def(
+          "observe",
+          [](gcc::drift_tracker& t, std::uint64_t key, const nb::dict& row, double seconds) {
+            t.observe(key, row_of(row), seconds);
+          },
+          nb::arg("key"), nb::arg("row"), nb::arg("seconds"),
+          "One timed call (this rank's) of bucket `key`, planned as `row` (a plan() row).")
+      .def(
+          "restore",
+          [](gcc::drift_tracker& t, std::uint64_t key, const nb::dict& row, double ratio,
+             double seconds) { t.restore(key, row_of(row), ratio, seconds); },
+          nb::arg("key"), nb::arg("row"), nb::arg("ratio"), nb::arg("seconds"),
+          "Sets a bucket's running values (a checkpoint's).")
+      .def("ratio", &gcc::drift_tracker::ratio, nb::arg("key"))
+      .def("seconds", &gcc::drift_tracker::seconds, nb::arg("key"))
+      .def_prop_ro("replans", &gcc::drift_tracker::replans)
+      .def(
+          "agree",
+          [](gcc::drift_tracker& t, communicator_handle& c, const std::string& profile_json) {
+            gcc::cost_profile p = unwrap(gcc::profile_from_json(profile_json));
+            std::vector<std::uint64_t> keys;
+            check(without_gil([&]() -> status {
+              auto r = t.agree(*c.comm, p);
+              if (!r.ok()) return r.error();
+              keys = std::move(r.value());
+              return {};
+            }));
+            return std::make_pair(keys, gcc::profile_to_json(p));
+          },
+          nb::arg("comm"), nb::arg("profile"),
+          "Collective: (the buckets to plan again, the profile scaled for them as JSON).");
   m.def(
       "calibrate",
       [](communicator_handle& c, const std::vector<nb::object>& specs, int threads,

@@ -116,6 +116,8 @@ struct candidate {
   //! PowerSGD's factors) by the transport's own ring allreduce, as the DDP hook runs them,
   //! instead of gradcodec's rank-ordered reduce-scatter and allgather.
   bool transport_allreduce = false;
+
+  friend bool operator==(const candidate&, const candidate&) = default;
 };
 
 //! What a candidate is predicted to cost per call, per rank.
