@@ -226,7 +226,7 @@ TEST(TopK, MatchesStableSortOracle) {
         tensor in(values, t);
         const auto spec =
             k == 0 ? gc::make_spec(gc::codec_id::topk) : spec_k(gc::codec_id::topk, k);
-        const std::uint64_t kk = k == 0 ? 10 : k;  // default ratio 0.01 of 1000
+        const std::uint64_t kk = k == 0 ? 70 : k;  // default ratio 0.07 of 1000
         const auto frame = encode_ok(spec, {}, in.view());
         const auto h = header_of(frame);
         EXPECT_EQ(h.codec, gc::codec_id::topk);
@@ -469,7 +469,7 @@ TEST(Dgc, EqualsExactTopKWhenTheThresholdFindsEnough) {
           auto spec = gc::make_spec(gc::codec_id::dgc);
           spec.k = k;
           spec.sample = sample;
-          const std::uint64_t kk = k == 0 ? 40 : k;  // default ratio 0.01 of 4000
+          const std::uint64_t kk = k == 0 ? 280 : k;  // default ratio 0.07 of 4000
           for (std::uint64_t step = 0; step < 3; ++step) {
             const auto frame = encode_ok(spec, {5, step, 2}, in.view());
             const auto h = header_of(frame);
