@@ -409,3 +409,36 @@ TEST_F(Cli, BadInputGivesOneErrorLineAndAnExitCode) {
   EXPECT_FALSE(fs::exists(path("o.gcdc"))) << "a failed command wrote its output";
   EXPECT_FALSE(fs::exists(path("o.npy"))) << "a failed command wrote its output";
 }
+
+// plan --ranks-per-node predicts hierarchical calls from a profile with an intra-node link,
+// and refuses one without, naming what is missing.
+TEST_F(Cli, PlanPredictsHierarchicalCallsFromATwoLevelProfile) {
+  const std::string rate = R"({"step_latency_s": 5e-05, "bytes_per_s": 125000000})";
+  const std::string fast = R"({"step_latency_s": 5e-06, "bytes_per_s": 12500000000})";
+  const auto link = [](const std::string& k) {
+    return R"({"allgather": )" + k + R"(, "alltoall": )" + k + R"(, "allreduce": )" + k +
+           R"(, "overlap": 0, "burst_bytes": 0})";
+  };
+  const std::string op = R"({"fixed_s": 1e-05, "per_element_s": 1e-09})";
+  const auto codec = [&](const char* spec) {
+    return std::string(R"({"spec": ")") + spec + R"(", "encode": )" + op +
+           R"(, "encode_with_feedback": )" + op + R"(, "decode": )" + op +
+           R"(, "decode_accumulate": )" + op + R"(, "frame_bytes_per_element": 0})";
+  };
+  const std::string head =
+      R"({"format": "gradcodec-cost-profile", "version": 1, "ranks": 4, "link": )" + link(rate);
+  const std::string tail =
+      R"(, "copy": {"fixed_s": 1e-06, "per_element_s": 2.5e-10}, "codecs": [)" +
+      codec("minmax:bits=4") + ", " + codec("bf16") + "]}\n";
+  write_bytes(path("two_level.json"), head + R"(, "intra_link": )" + link(fast) + tail);
+  write_bytes(path("flat.json"), head + tail);
+  const std::string args = "plan --size 2^20 --ranks 4 --ranks-per-node 2 --codecs minmax:bits=4 ";
+  const run_result r = run(args + "--profile " + quote(path("two_level.json")));
+  expect_ok(r, "two-level profile");
+  EXPECT_NE(r.out.find("4 ranks (2 nodes of 2, hierarchical)"), std::string::npos) << r.out;
+  expect_error(run(args + "--profile " + quote(path("flat.json"))), 1, "intra-node link",
+               "flat profile");
+  expect_error(run("plan --size 2^20 --ranks 4 --ranks-per-node 3 --profile " +
+                   quote(path("two_level.json"))),
+               2, "--ranks-per-node", "a layout that does not divide the ranks");
+}

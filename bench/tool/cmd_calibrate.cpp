@@ -39,10 +39,20 @@ constexpr std::array calibrate_options_spec{
                 "place (default 2^22)"},
     option_spec{"in-call-segment", "N", "their segment length (default 2^20)"},
     option_spec{"in-call-repeats", "N", "timed calls of each (default 2; 0: none)"},
+    option_spec{"ranks-per-node", "N",
+                "under mpirun: nodes of N consecutive ranks (a hierarchy, docs/comm.md §9); the "
+                "profile then holds the link within a node (intra_link) and the link between "
+                "the nodes' leaders"},
 };
 
-result<comm::cost_profile> measure(comm::communicator& c, const comm::calibrate_options& opt) {
-  return comm::calibrate(c, opt);
+//! Flat, or over a hierarchy of nodes of `per_node` consecutive ranks (0: flat).
+result<comm::cost_profile> measure(comm::communicator& c, const comm::calibrate_options& opt,
+                                   std::uint64_t per_node) {
+  if (per_node == 0) return comm::calibrate(c, opt);
+  comm::hierarchy h;
+  if (status s = comm::make_hierarchy(c, static_cast<int>(c.rank() / per_node), h); !s.ok())
+    return s;
+  return comm::calibrate(h, opt);
 }
 
 }  // namespace
@@ -60,7 +70,8 @@ const command_spec calibrate_spec{
     "it to gradcodec plan with --bandwidth.",
     "examples:\n"
     "  gradcodec calibrate --out here.json\n"
-    "  mpirun -np 4 gradcodec calibrate --codecs minmax:bits=4,topk --out profile.json\n",
+    "  mpirun -np 4 gradcodec calibrate --codecs minmax:bits=4,topk --out profile.json\n"
+    "  mpirun -np 8 gradcodec calibrate --ranks-per-node 4 --out two_level.json\n",
     calibrate_options_spec,
     0};
 
@@ -83,6 +94,8 @@ int run_calibrate(const parsed_args& args) {
   if (auto s = args.get("in-call-segment"))
     opt.in_call_segment = parse_size(*s, "--in-call-segment");
   opt.in_call_repeats = static_cast<int>(args.get_u64("in-call-repeats", 2));
+  const std::uint64_t per_node = args.get_u64("ranks-per-node", 0);
+  if (args.has("ranks-per-node") && per_node < 1) usage_fail("--ranks-per-node must be at least 1");
 
   int me = 0, ranks = 1;
   result<comm::cost_profile> profile = status{status_code::internal_error, "not run"};
@@ -94,12 +107,14 @@ int run_calibrate(const parsed_args& args) {
       fail(describe("calibrate", st));
     me = mpi->rank();
     ranks = mpi->size();
-    profile = measure(*mpi, opt);
+    if (per_node != 0 && static_cast<std::uint64_t>(mpi->size()) % per_node != 0)
+      usage_fail("--ranks-per-node must divide the number of ranks");
+    profile = measure(*mpi, opt, per_node);
   }
 #else
   {
     auto single = comm::thread_communicator::create(1);
-    profile = measure(*single[0], opt);
+    profile = measure(*single[0], opt, per_node);
   }
 #endif
   if (!profile.ok()) fail(describe("calibrate", profile.error()));

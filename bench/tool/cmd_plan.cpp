@@ -34,6 +34,13 @@ constexpr std::array plan_options{
     option_spec{"burst", "BYTES",
                 "with --bandwidth: bytes a rank sends at once after computing (a shaper's "
                 "bucket; default 0)"},
+    option_spec{"ranks-per-node", "P",
+                "hierarchical calls (allreduce(hierarchy, ...)): nodes of P ranks, the link "
+                "above between their leaders; needs the profile's intra_link or "
+                "--intra-bandwidth"},
+    option_spec{"intra-bandwidth", "RATE",
+                "with --ranks-per-node: the link within a node (overrides the profile's)"},
+    option_spec{"intra-latency", "T", "with --intra-bandwidth: per round (default 5us)"},
     option_spec{"codecs", "LIST",
                 "the codecs you accept, separated by ',' (default: minmax 4-bit, qsgd, terngrad, "
                 "onebit, scaled sign, topk, randomk, powersgd rank 4, fp16); uncompressed and "
@@ -77,6 +84,17 @@ double parse_fraction(const std::string& what, const std::string& text) {
   return v;
 }
 
+double parse_rate(const std::string& what, const std::string& text) {
+  const double bytes_per_s = parse_quantity(
+      what, text, {{"kbit", 1e3 / 8}, {"mbit", 1e6 / 8}, {"gbit", 1e9 / 8}, {"B/s", 1}});
+  if (bytes_per_s <= 0) usage_fail(what + " must be above 0");
+  return bytes_per_s;
+}
+
+double parse_latency(const std::string& what, const std::string& text) {
+  return parse_quantity(what, text, {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1}});
+}
+
 comm::cost_profile profile_from_args(const parsed_args& args,
                                      const std::vector<codec_spec>& specs) {
   comm::cost_profile p;
@@ -100,16 +118,16 @@ comm::cost_profile profile_from_args(const parsed_args& args,
     p.compute = measured.value();
   }
   if (auto rate = args.get("bandwidth")) {
-    const double bytes_per_s =
-        parse_quantity("--bandwidth", *rate,
-                       {{"kbit", 1e3 / 8}, {"mbit", 1e6 / 8}, {"gbit", 1e9 / 8}, {"B/s", 1}});
-    if (bytes_per_s <= 0) usage_fail("--bandwidth must be above 0");
-    const double latency = parse_quantity("--latency", args.get("latency").value_or("50us"),
-                                          {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1}});
+    const double bytes_per_s = parse_rate("--bandwidth", *rate);
+    const double latency = parse_latency("--latency", args.get("latency").value_or("50us"));
     const double overlap = parse_fraction("--overlap", args.get("overlap").value_or("0"));
     const double burst = parse_quantity("--burst", args.get("burst").value_or("0"), {});
     p.link = comm::link_profile::uniform(latency, bytes_per_s, overlap, burst);
   }
+  if (auto rate = args.get("intra-bandwidth"))
+    p.intra = comm::link_profile::uniform(
+        parse_latency("--intra-latency", args.get("intra-latency").value_or("5us")),
+        parse_rate("--intra-bandwidth", *rate));
   if (auto share = args.get("core-share")) {
     const double s = parse_fraction("--core-share", *share);
     if (s <= 0) usage_fail("--core-share must be above 0");
@@ -154,7 +172,11 @@ void print_json(const comm::plan_request& req, const comm::plan_result& r) {
 void print_table(const comm::plan_request& req, const comm::plan_result& r, bool all) {
   std::cout << "bucket " << size_name(req.elements) << " f32 elements ("
             << strprintf("%.1f", static_cast<double>(req.elements) * 4 / (1 << 20)) << " MiB), "
-            << req.ranks << " ranks: " << r.rows.size() << " candidates\n\n";
+            << req.ranks << " ranks"
+            << (req.nodes ? strprintf(" (%d nodes of %d, hierarchical)", req.nodes->nodes,
+                                      req.nodes->per_node)
+                          : std::string())
+            << ": " << r.rows.size() << " candidates\n\n";
   std::cout << pad("", 2) << pad("predicted ms", 13, true) << pad("compute", 9, true)
             << pad("transfer", 9, true) << pad("hidden", 8, true) << pad("wire MiB", 10, true)
             << "  candidate\n";
@@ -185,7 +207,9 @@ const command_spec plan_spec{
     "examples:\n"
     "  gradcodec plan --size 2^24 --ranks 4 --bandwidth 1gbit\n"
     "  mpirun -np 4 gradcodec calibrate --out profile.json\n"
-    "  gradcodec plan --size 2^24 --ranks 4 --profile profile.json --json\n",
+    "  gradcodec plan --size 2^24 --ranks 4 --profile profile.json --json\n"
+    "  gradcodec plan --size 2^24 --ranks 16 --ranks-per-node 8 --bandwidth 10gbit \\\n"
+    "      --intra-bandwidth 100gbit\n",
     plan_options,
     0};
 
@@ -203,6 +227,14 @@ int run_plan(const parsed_args& args) {
     req.segments.clear();
     for (const std::string& s : split_list("--segments", *segs))
       req.segments.push_back(s == "0" ? 0 : parse_size(s, "--segments"));
+  }
+  if (args.has("ranks-per-node")) {
+    const std::uint64_t per_node = args.get_u64("ranks-per-node", 1);
+    if (per_node < 1 || ranks % per_node != 0)
+      usage_fail("--ranks-per-node must be at least 1 and divide --ranks");
+    req.nodes = comm::node_layout{static_cast<int>(ranks / per_node), static_cast<int>(per_node)};
+  } else if (args.has("intra-bandwidth")) {
+    usage_fail("--intra-bandwidth needs --ranks-per-node");
   }
   if (auto m = args.get("margin")) req.margin = parse_fraction("--margin", *m);
   if (req.margin >= 1) usage_fail("--margin must be below 1");

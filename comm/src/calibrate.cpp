@@ -209,12 +209,15 @@ std::uint64_t specs_digest(const compute_profile& p) {
 //! Every number of a profile, in a fixed order, as a reference (for the agreement).
 template <class F>
 void for_each_number(cost_profile& p, F&& f) {
-  for (collective_cost* c : {&p.link.allgather, &p.link.alltoall, &p.link.allreduce}) {
-    f(c->step_latency_s);
-    f(c->bytes_per_s);
+  for (link_profile* l : {&p.link, p.intra ? &*p.intra : nullptr}) {
+    if (l == nullptr) continue;
+    for (collective_cost* c : {&l->allgather, &l->alltoall, &l->allreduce}) {
+      f(c->step_latency_s);
+      f(c->bytes_per_s);
+    }
+    f(l->overlap);
+    f(l->burst_bytes);
   }
-  f(p.link.overlap);
-  f(p.link.burst_bytes);
   f(p.compute.copy.fixed_s);
   f(p.compute.copy.per_element_s);
   for (codec_costs& c : p.compute.codecs) {
@@ -415,14 +418,15 @@ result<link_profile> probe_link(communicator& comm, const calibrate_options& opt
 }
 
 status agree_profile(communicator& comm, cost_profile& profile) {
-  const std::uint64_t digest = specs_digest(profile.compute);
+  // The codec list and whether there is an intra-node link: what the numbers are of.
+  const std::uint64_t digest = specs_digest(profile.compute) ^ (profile.intra ? 1u : 0u);
   std::uint64_t words[2] = {digest, ~digest};
   if (status s = comm.allreduce(words, words, 2, element_type::u64, reduce_op::max); !s.ok())
     return s;
   if (words[0] != digest || words[1] != ~digest)
     return status{status_code::comm_error,
                   "calibrate: the ranks measured different codec lists (every rank must pass the "
-                  "same specs)"};
+                  "same specs), or some have an intra-node link and others not"};
   // Every rank's numbers to every rank; each number becomes the median over the ranks (the
   // upper one of the middle two for an even count), which one descheduled rank cannot move
   // far and which every rank computes from the same bits.
@@ -459,6 +463,50 @@ result<cost_profile> calibrate(communicator& comm, const calibrate_options& opt)
   if (!compute.ok()) return compute.error();
   if (status s = measure_in_call(comm, opt, p); !s.ok()) return s;
   if (status s = agree_profile(comm, p); !s.ok()) return s;
+  return p;
+}
+
+result<cost_profile> calibrate(const hierarchy& h, const calibrate_options& opt) {
+  if (h.world == nullptr || h.intra == nullptr || h.leader() != (h.inter != nullptr))
+    return status{status_code::invalid_argument, "calibrate: inconsistent hierarchy"};
+  auto flat = calibrate(*h.world, opt);
+  if (!flat.ok()) return flat;
+  cost_profile p = std::move(flat.value());
+  auto intra = probe_link(*h.intra, opt);
+  if (!intra.ok()) return intra.error();
+  p.intra = intra.value();
+  // The leaders' link, as numbers the leader sends its node (the first says whether the
+  // probe succeeded, so no member waits for a leader that failed).
+  double numbers[9] = {};
+  if (h.leader()) {
+    auto inter = probe_link(*h.inter, opt);
+    if (inter.ok()) {
+      const link_profile& l = inter.value();
+      const double got[9] = {1,
+                             l.allgather.step_latency_s,
+                             l.allgather.bytes_per_s,
+                             l.alltoall.step_latency_s,
+                             l.alltoall.bytes_per_s,
+                             l.allreduce.step_latency_s,
+                             l.allreduce.bytes_per_s,
+                             l.overlap,
+                             l.burst_bytes};
+      std::copy(std::begin(got), std::end(got), numbers);
+    }
+  }
+  if (status s = h.intra->broadcast(numbers, sizeof numbers, 0); !s.ok()) return s;
+  const bool probed = numbers[0] == 1;
+  // A node whose leader failed takes part in the agreement without an intra-node link, so
+  // the other nodes' agreement fails too instead of waiting for it.
+  if (!probed) p.intra.reset();
+  p.link.allgather = {numbers[1], numbers[2]};
+  p.link.alltoall = {numbers[3], numbers[4]};
+  p.link.allreduce = {numbers[5], numbers[6]};
+  p.link.overlap = numbers[7];
+  p.link.burst_bytes = numbers[8];
+  if (status s = agree_profile(*h.world, p); !s.ok()) return s;
+  if (!probed)
+    return status{status_code::comm_error, "calibrate: the link probe among the leaders failed"};
   return p;
 }
 

@@ -285,6 +285,51 @@ result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const
   return out;
 }
 
+result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, node_layout layout,
+                                        const cost_profile& p) {
+  if (!p.intra)
+    return status{status_code::invalid_argument,
+                  "cost model: a hierarchical call needs the profile's intra-node link"};
+  if (layout.nodes < 1 || layout.per_node < 1)
+    return status{status_code::invalid_argument,
+                  "cost model: a layout needs at least one node of at least one rank"};
+  // The leaders' call among themselves, less its own configuration check (the world's
+  // check replaces it).
+  auto leaders = predict(c, n, layout.nodes, p);
+  if (!leaders.ok()) return leaders;
+  prediction out = leaders.value();
+  out.transfer_s -= ring_allreduce_seconds(p.link, layout.nodes, 64);
+  out.collectives -= 1;
+  const int world = layout.nodes * layout.per_node;
+  out.transfer_s += ring_allreduce_seconds(p.link, world, 64);
+  out.collectives += 1;
+  {  // the node level runs whatever its size and n (its blocks carry headers)
+    const link_profile& l = *p.intra;
+    const int w = layout.per_node;
+    const double peers = w - 1;
+    // Reduce-scatter of the input (f32) within the node, the owners' sums, then every
+    // owner's chunk to the leader, which receives w − 1 of them.
+    std::uint64_t to_others = 0;
+    for (int d = 1; d < w; ++d) to_others += block_header + 4 * chunk_of(n, 1, w, d).len;
+    const std::uint64_t own = chunk_of(n, 1, w, 0).len;
+    out.transfer_s += rounds(l.alltoall, peers, static_cast<double>(to_others)) +
+                      rounds(l.alltoall, peers, static_cast<double>(to_others));
+    out.compute_s += own == 0 ? 0 : static_cast<double>(w) * p.compute.copy.at(own);
+    // The outcome word, then the result, broadcast from the leader (scatter, then ring
+    // allgather: 2(w − 1)/w of the bytes from the root), and the store in the output.
+    for (const std::uint64_t bytes : {std::uint64_t{8}, 4 * n}) {
+      const std::uint64_t sent = 2 * static_cast<std::uint64_t>(w - 1) * bytes / w;
+      out.transfer_s += rounds(l.allgather, 2 * peers, static_cast<double>(sent));
+      out.wire_bytes += sent;
+    }
+    out.wire_bytes += to_others;
+    out.collectives += 4;
+    out.compute_s += n == 0 ? 0 : p.compute.copy.at(n);
+  }
+  out.total_s = out.compute_s + out.transfer_s - out.hidden_s;
+  return out;
+}
+
 result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int ranks,
                                        const cost_profile& p) {
   if (ranks < 1) return status{status_code::invalid_argument, "cost model: ranks must be >= 1"};

@@ -92,6 +92,8 @@ allreduce_config config_of(const candidate& c) {
 
 result<plan_result> plan(const plan_request& req, const cost_profile& profile) {
   if (req.ranks < 1) return status{status_code::invalid_argument, "plan: ranks must be >= 1"};
+  if (req.nodes && req.nodes->nodes * req.nodes->per_node != req.ranks)
+    return status{status_code::invalid_argument, "plan: nodes x ranks per node must be ranks"};
   if (!(req.margin >= 0 && req.margin < 1))
     return status{status_code::invalid_argument, "plan: margin must be in [0, 1)"};
   for (const codec_spec& s : req.accept)
@@ -108,7 +110,8 @@ result<plan_result> plan(const plan_request& req, const cost_profile& profile) {
   plan_result out;
   out.rows.reserve(all.size());
   for (const candidate& c : all) {
-    auto p = predict(c, req.elements, req.ranks, profile);
+    auto p = req.nodes ? predict_hierarchical(c, req.elements, *req.nodes, profile)
+                       : predict(c, req.elements, req.ranks, profile);
     if (!p.ok()) return p.error();
     // A profile with absurd numbers can overflow a prediction: it sorts last, never
     // breaks the order.

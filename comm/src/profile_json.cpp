@@ -192,6 +192,16 @@ struct reader {
     c.per_element_s = num(*v, "per_element_s", at + key + ".");
     return c;
   }
+  link_profile link_of(const value& o) {
+    link_profile l;
+    l.allgather = link(o, "allgather");
+    l.alltoall = link(o, "alltoall");
+    l.allreduce = link(o, "allreduce");
+    l.overlap = num(o, "overlap", "link.");
+    l.burst_bytes = num(o, "burst_bytes", "link.");
+    return l;
+  }
+
   collective_cost link(const value& o, const std::string& key) {
     collective_cost c;
     const value* v = field(o, key, value::kind::object, "link.");
@@ -205,17 +215,24 @@ struct reader {
   }
 };
 
+std::string link_profile_json(const link_profile& l) {
+  std::string s = "{\"allgather\": ";
+  s.append(link_json(l.allgather));
+  s.append(", \"alltoall\": ").append(link_json(l.alltoall));
+  s.append(", \"allreduce\": ").append(link_json(l.allreduce));
+  s.append(", \"overlap\": ").append(number(l.overlap));
+  s.append(", \"burst_bytes\": ").append(number(l.burst_bytes)).append("}");
+  return s;
+}
+
 }  // namespace
 
 std::string profile_to_json(const cost_profile& p) {
   std::string s = "{\n  \"format\": \"";
   s.append(format_name).append("\",\n  \"version\": ").append(std::to_string(format_version));
   s.append(",\n  \"ranks\": ").append(std::to_string(p.ranks));
-  s.append(",\n  \"link\": {\"allgather\": ").append(link_json(p.link.allgather));
-  s.append(",\n           \"alltoall\": ").append(link_json(p.link.alltoall));
-  s.append(",\n           \"allreduce\": ").append(link_json(p.link.allreduce));
-  s.append(",\n           \"overlap\": ").append(number(p.link.overlap));
-  s.append(",\n           \"burst_bytes\": ").append(number(p.link.burst_bytes)).append("}");
+  s.append(",\n  \"link\": ").append(link_profile_json(p.link));
+  if (p.intra) s.append(",\n  \"intra_link\": ").append(link_profile_json(*p.intra));
   s.append(",\n  \"copy\": ").append(cost_json(p.compute.copy));
   s.append(",\n  \"codecs\": [");
   for (std::size_t i = 0; i < p.compute.codecs.size(); ++i) {
@@ -261,15 +278,13 @@ result<cost_profile> profile_from_json(std::string_view text) {
                                                      "library reads version 1)"};
   cost_profile p;
   p.ranks = static_cast<int>(rd.num(root, "ranks", ""));
-  if (const value* l = rd.field(root, "link", value::kind::object, "")) {
-    p.link.allgather = rd.link(*l, "allgather");
-    p.link.alltoall = rd.link(*l, "alltoall");
-    p.link.allreduce = rd.link(*l, "allreduce");
-    p.link.overlap = rd.num(*l, "overlap", "link.");
-    p.link.burst_bytes = rd.num(*l, "burst_bytes", "link.");
-    if (rd.error.ok() && p.link.overlap > 1)
+  if (const value* l = rd.field(root, "link", value::kind::object, "")) p.link = rd.link_of(*l);
+  if (root.obj.count("intra_link") != 0)  // optional: a flat job's profile has none
+    if (const value* l = rd.field(root, "intra_link", value::kind::object, ""))
+      p.intra = rd.link_of(*l);
+  for (const link_profile* l : {&p.link, p.intra ? &*p.intra : nullptr})
+    if (rd.error.ok() && l != nullptr && l->overlap > 1)
       return status{status_code::invalid_argument, "cost profile JSON: link.overlap must be <= 1"};
-  }
   p.compute.copy = rd.cost(root, "copy", "");
   if (const value* list = rd.field(root, "codecs", value::kind::array, "")) {
     for (std::size_t i = 0; i < list->arr.size() && rd.error.ok(); ++i) {

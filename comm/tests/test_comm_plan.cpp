@@ -56,6 +56,9 @@ class counting_communicator final : public gcc::communicator {
     return inner_.iallreduce(send, recv, count, type, op, req);
   }
   status ibroadcast(void* buf, std::uint64_t bytes, int root, gcc::request& req) override {
+    // As a large broadcast usually runs: a scatter from the root, then a ring allgather.
+    const auto w = static_cast<std::uint64_t>(size());
+    wire += (rank() == root ? 2 : 1) * (w - 1) * bytes / w;
     ++collectives;
     return inner_.ibroadcast(buf, bytes, root, req);
   }
@@ -138,6 +141,62 @@ TEST(CostModel, WireBytesAndCollectivesMatchTheStrategies) {
       }
     }
   }
+}
+
+// A hierarchical call's leader (world rank 0) sends what predict_hierarchical says, in as
+// many collectives: the node's reduction to it, the leaders' strategy, the broadcasts.
+TEST(CostModel, HierarchicalWireBytesAndCollectivesMatchTheLeader) {
+  const std::vector<gc::codec_spec> specs = {spec("minmax:bits=4"), spec("fp16"), spec("qsgd")};
+  gcc::cost_profile profile = hand_profile(specs, 1e9);
+  profile.intra = gcc::link_profile::uniform(5e-6, 1e10);
+  const std::uint64_t n = 6 * 4096;
+  for (const gcc::node_layout layout : {gcc::node_layout{2, 2}, gcc::node_layout{2, 3},
+                                        gcc::node_layout{3, 2}, gcc::node_layout{1, 3}}) {
+    std::vector<gcc::candidate> cands;
+    cands.push_back({true, spec("bf16"), gcc::strategy::dense, false, 0, false});
+    cands.push_back({false, spec("minmax:bits=4"), gcc::strategy::allgather, false, 0, true});
+    cands.push_back({false, spec("minmax:bits=4"), gcc::strategy::two_phase, false, 0, true});
+    cands.push_back({false, spec("fp16"), gcc::strategy::dense, false, 0, true});
+    cands.push_back({false, spec("qsgd"), gcc::strategy::two_phase, false, 0, true});
+    for (const gcc::candidate& c : cands) {
+      SCOPED_TRACE(gcc::describe(c) + " nodes=" + std::to_string(layout.nodes) +
+                   " per node=" + std::to_string(layout.per_node));
+      auto predicted = gcc::predict_hierarchical(c, n, layout, profile);
+      ASSERT_TRUE(predicted.ok()) << predicted.error().message();
+      std::uint64_t wire = 0, calls = 0;
+      auto st = gcc::run_threads(layout.nodes * layout.per_node, [&](gcc::communicator& inner) {
+        gcc::hierarchy made;
+        if (status s = gcc::make_hierarchy(inner, inner.rank() / layout.per_node, made); !s.ok())
+          return s;
+        counting_communicator world(inner);
+        gcc::hierarchy h;
+        h.world = &world;
+        h.intra = std::make_unique<counting_communicator>(*made.intra);
+        if (made.inter) h.inter = std::make_unique<counting_communicator>(*made.inter);
+        gcc::allreduce_config cfg = gcc::config_of(c);
+        cfg.where = gc::backend::reference;
+        std::vector<float> g = make_grad(n, inner.rank(), 0, 1.0f), out(n);
+        gcc::allreduce_state state;
+        gcc::workspace ws;
+        status s = gcc::allreduce(h, cfg, {1, 0, 0}, {g.data(), n, gc::dtype::f32, 0},
+                                  gc::view(out), state, ws);
+        if (inner.rank() == 0) {
+          const auto* intra = static_cast<counting_communicator*>(h.intra.get());
+          const auto* inter = static_cast<counting_communicator*>(h.inter.get());
+          wire = world.wire + intra->wire + (inter ? inter->wire : 0);
+          calls = world.collectives + intra->collectives + (inter ? inter->collectives : 0);
+        }
+        return s;
+      });
+      ASSERT_TRUE(all_ok(st)) << messages(st);
+      EXPECT_EQ(predicted.value().wire_bytes, wire);
+      EXPECT_EQ(predicted.value().collectives, calls);
+    }
+  }
+  // Without an intra-node link there is nothing to predict with.
+  profile.intra.reset();
+  EXPECT_EQ(gcc::predict_hierarchical(gcc::candidate{}, n, {2, 2}, profile).error().code(),
+            status_code::invalid_argument);
 }
 
 TEST(CostModel, CollectiveFormulas) {
@@ -448,10 +507,10 @@ TEST(Calibrate, ProfileJsonReadsBackExactly) {
 // A calibration over two thread ranks: every codec measured, bf16 added, the link fitted,
 // and both ranks holding the same profile. (Its values are timings, checked only for being
 // usable: positive and finite.)
-TEST(Calibrate, MeasuresEveryCodecAndTheLinkTheSameOnEveryRank) {
+//! A calibration of small sizes and few repeats, for the tests.
+gcc::calibrate_options quick_options(std::vector<gc::codec_spec> specs) {
   gcc::calibrate_options opt;
-  opt.specs = {spec("minmax:bits=4"), spec("topk"), spec("threshold:tau=0.001"),
-               spec("powersgd:rank=2")};
+  opt.specs = std::move(specs);
   opt.small_elements = 1024;
   opt.large_elements = 16384;
   opt.seconds_per_point = 0.001;
@@ -461,6 +520,40 @@ TEST(Calibrate, MeasuresEveryCodecAndTheLinkTheSameOnEveryRank) {
   opt.in_call_elements = 8192;
   opt.in_call_segment = 2048;
   opt.in_call_repeats = 1;
+  return opt;
+}
+
+// Two nodes of two ranks: the profile gains the intra-node link, the same on every rank,
+// and plans hierarchical calls.
+TEST(Calibrate, AHierarchyMeasuresBothLinks) {
+  gcc::calibrate_options opt = quick_options({spec("minmax:bits=4")});
+  opt.in_call_repeats = 0;
+  std::vector<std::string> json(4);
+  auto st = gcc::run_threads(4, [&](gcc::communicator& comm) -> status {
+    gcc::hierarchy h;
+    if (status s = gcc::make_hierarchy(comm, comm.rank() / 2, h); !s.ok()) return s;
+    auto p = gcc::calibrate(h, opt);
+    if (!p.ok()) return p.error();
+    if (!p.value().intra) return {status_code::internal_error, "no intra-node link"};
+    json[static_cast<std::size_t>(comm.rank())] = gcc::profile_to_json(p.value());
+    gcc::plan_request req;
+    req.elements = 1 << 16;
+    req.ranks = 4;
+    req.nodes = gcc::node_layout{2, 2};
+    req.accept = opt.specs;
+    return gcc::plan(req, p.value()).ok() ? status{} : status{status_code::internal_error, "plan"};
+  });
+  ASSERT_TRUE(all_ok(st)) << messages(st);
+  for (const std::string& j : json) EXPECT_EQ(j, json[0]);
+  auto back = gcc::profile_from_json(json[0]);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_TRUE(back.value().intra.has_value());
+  EXPECT_EQ(gcc::profile_to_json(back.value()), json[0]);
+}
+
+TEST(Calibrate, MeasuresEveryCodecAndTheLinkTheSameOnEveryRank) {
+  const gcc::calibrate_options opt = quick_options(
+      {spec("minmax:bits=4"), spec("topk"), spec("threshold:tau=0.001"), spec("powersgd:rank=2")});
   std::vector<std::string> json(2);
   std::vector<gcc::cost_profile> got(2);
   auto st = gcc::run_threads(2, [&](gcc::communicator& comm) -> status {

@@ -98,9 +98,19 @@ struct compute_profile {
 };
 
 struct cost_profile {
+  //! The link between the ranks; with `intra`, the link between the nodes' leaders.
   link_profile link;
   compute_profile compute;
   int ranks = 0;  //!< the job size it was calibrated with (0: given by hand)
+  //! The link between the ranks of one node, for hierarchical calls (comm::hierarchy).
+  std::optional<link_profile> intra;
+};
+
+//! The ranks of a two-level job (comm::hierarchy, docs/comm.md §9): `nodes` nodes of
+//! `per_node` ranks each.
+struct node_layout {
+  int nodes = 1;
+  int per_node = 1;
 };
 
 //! One configuration the planner can choose: the uncompressed f32 mean
@@ -139,6 +149,15 @@ struct prediction {
 result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const cost_profile& p);
 result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int ranks,
                                        const cost_profile& p);
+
+//! The prediction for one hierarchical call (allreduce(hierarchy, ...)) on n f32 elements,
+//! the leader's, whose path is the longest: the world's configuration check over `link`,
+//! the node's dense reduction to its leader over `intra`, the candidate's call among the
+//! leaders over `link` (predict with nodes ranks, its own check left out), and the
+//! broadcasts of the outcome word and the result over `intra`. invalid_argument without
+//! `intra`, or for a layout with fewer than one node or rank per node.
+result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, node_layout layout,
+                                        const cost_profile& p);
 
 //! Rounds and bytes of one collective (exposed for the tests and the docs' examples).
 double allgather_seconds(const link_profile& l, int ranks, std::uint64_t block_bytes) noexcept;

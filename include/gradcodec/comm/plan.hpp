@@ -46,6 +46,10 @@ struct plan_request {
   //! (codec, strategy) pairs the caller cannot run, never candidates (the DDP hook has no
   //! two_phase for threshold's variable-size frames).
   std::vector<std::pair<codec_id, strategy>> excluded;
+  //! Set: the calls are hierarchical (allreduce(hierarchy, ...)) over this layout, whose
+  //! ranks multiply to `ranks`, predicted by predict_hierarchical on a profile with an
+  //! intra-node link; the candidates are the leaders' configurations.
+  std::optional<node_layout> nodes;
 };
 
 struct plan_row {
