@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <ostream>
 #include <string>
 
 #include "gradcodec/cpu.hpp"
@@ -27,6 +28,11 @@ std::vector<param> all_params() {
   for (const char* s : gc::test::kSpecs)
     for (auto isa : supported_isas()) out.push_back({s, isa});
   return out;
+}
+
+//! How gtest prints a case (in test listings and failures): "topk:ratio=0.05 on avx2".
+void PrintTo(const param& p, std::ostream* os) {
+  *os << p.spec << " on " << gc::cpu_isa_name(p.isa);
 }
 
 std::string name_of(const testing::TestParamInfo<param>& p) {

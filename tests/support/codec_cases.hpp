@@ -1,13 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! The parameter grid of the every-codec tests: each spec of kSpecs x f32/f16/bf16 x the
-//! small sizes, and a test name for each case; rows_for gives PowerSGD a matrix.
+//! small sizes (or the part of it a test applies to), a test name and a printed form for
+//! each case; rows_for gives PowerSGD a matrix.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cctype>
 #include <cstdint>
+#include <initializer_list>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -22,12 +25,21 @@ struct codec_case {
   std::uint64_t n;
 };
 
-inline std::vector<codec_case> every_codec_case() {
+//! Every spec with the input dtypes and sizes a test applies to (by default all of them),
+//! so that no case is generated only to be skipped.
+inline std::vector<codec_case> every_codec_case(
+    std::initializer_list<dtype> types = {dtype::f32, dtype::f16, dtype::bf16},
+    std::initializer_list<std::uint64_t> sizes = {0, 1, 7, 4097}) {
   std::vector<codec_case> out;
   for (const char* s : kSpecs)
-    for (auto t : {dtype::f32, dtype::f16, dtype::bf16})
-      for (std::uint64_t n : {0ull, 1ull, 7ull, 4097ull}) out.push_back({s, t, n});
+    for (auto t : types)
+      for (std::uint64_t n : sizes) out.push_back({s, t, n});
   return out;
+}
+
+//! How gtest prints a case (in test listings and failures): "topk:ratio=0.05 f16 n=7".
+inline void PrintTo(const codec_case& c, std::ostream* os) {
+  *os << c.spec << ' ' << dtype_name(c.type) << " n=" << c.n;
 }
 
 inline std::string codec_case_name(const testing::TestParamInfo<codec_case>& p) {
