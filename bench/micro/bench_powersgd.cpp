@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// PowerSGD on the CPU backend (docs/performance.md, "PowerSGD"): one local step of the phase
-// API with error feedback (compute_p, compute_q, finish), each phase alone, the stateless
+// PowerSGD on the CPU backend (docs/performance.md, "CPU backend (measured)"): one local step of
+// the phase API with error feedback (compute_p, compute_q, finish), each phase alone, the stateless
 // codec (encode, fused error feedback, decode, decode-accumulate), against a memcpy of the
 // matrix and the same products done by OpenBLAS's sgemm (when BLAS was found: it sums in
 // its own order, so it can only be the comparison, not the implementation). One thread

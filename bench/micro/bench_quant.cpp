@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Bucketed quantizers on the CPU backend (docs/performance.md, "Quantizers"): qsgd, terngrad
-// and minmax encode, fused error feedback, decode and decode-accumulate, against a memcpy
+// Bucketed quantizers on the CPU backend (docs/performance.md, "CPU backend (measured)"): qsgd,
+// terngrad and minmax encode, fused error feedback, decode and decode-accumulate, against a memcpy
 // of the same tensor, the 16-lane Philox alone (one number per element, the cost every
 // stochastic rounding pays), and a plain-C QSGD as peers write it (GRACE/BytePS style: one
 // pass for the bucket norms, one to quantize with a xorshift generator into one byte per

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Sign codecs on the CPU backend (docs/performance.md, "Sign codecs"): sign (scale none,
+// Sign codecs on the CPU backend (docs/performance.md, "CPU backend (measured)"): sign (scale none,
 // mean, l2) and onebit encode, fused error feedback, decode and decode-accumulate, against a
 // memcpy and a read pass of the same tensor and a two-pass scaled sign like BytePS's onebit
 // compressor (one pass for the scale over the whole tensor, one to pack). One thread;

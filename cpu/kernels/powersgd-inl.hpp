@@ -1047,7 +1047,7 @@ struct psgd_q_out_rows {
 
 //! 32768 floats: 128 KiB of stack per task, blocks of up to 896 columns for rank 4 and 4096
 //! rows, against 448 with 16384 (BM_phase_compute_q/1 on the AVX2 VM 19.2-23.8 -> 16.6-20.6
-//! ms); 65536 measured no faster (docs/performance.md, "PowerSGD's phase Q pass").
+//! ms); 65536 measured no faster (docs/performance-log.md, "PowerSGD's phase Q pass").
 inline void psgd_phase_compute_q(const float* m, std::uint64_t rows, std::uint64_t cols,
                                  const float* p, std::uint32_t r, float* q) {
   if (rows * cols == 0) return;
