@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "gradcodec/blocks/codec_traits.hpp"
 #include "gradcodec/blocks/header.hpp"
 #include "gradcodec/blocks/layout.hpp"
 
@@ -40,14 +41,6 @@ status corrupt(std::string_view why) { return {status_code::corrupt_frame, why};
 
 constexpr std::uint64_t max_elements = std::uint64_t{1} << 48;
 
-bool is_sparse(codec_id c) {
-  return c == codec_id::topk || c == codec_id::dgc || c == codec_id::threshold;
-}
-bool is_bucketed(codec_id c) {
-  return c == codec_id::qsgd || c == codec_id::terngrad || c == codec_id::minmax ||
-         c == codec_id::onebit || c == codec_id::sign;
-}
-
 }  // namespace
 
 std::uint32_t crc32c(const std::byte* data, std::size_t size) noexcept {
@@ -70,13 +63,13 @@ result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {
   if (h.n > max_elements) return corrupt("element count above 2^48");
   if ((h.flags & ~(flag_nonfinite | flag_index64)) != 0) return corrupt("unknown flag bits");
   const bool index64 = (h.flags & flag_index64) != 0;
-  const bool want_index64 = is_sparse(h.codec) && h.n > 0xFFFFFFFFu;
+  const codec_traits traits = traits_of(h.codec);
+  const bool want_index64 = traits.indexed && h.n > 0xFFFFFFFFu;
   if (index64 != want_index64) return corrupt("index width flag does not match n");
 
   // Fields a codec does not use must be zero; the ones it uses must be in range.
-  const bool uses_count =
-      is_sparse(h.codec) || h.codec == codec_id::randomk || h.codec == codec_id::powersgd;
-  const bool uses_group = is_bucketed(h.codec) || h.codec == codec_id::powersgd;
+  const bool uses_count = traits.selects || traits.matrix;
+  const bool uses_group = traits.bucketed || traits.matrix;
   const bool uses_level = h.codec == codec_id::qsgd || h.codec == codec_id::minmax;
   const bool uses_param = h.codec == codec_id::threshold || h.codec == codec_id::dgc ||
                           h.codec == codec_id::terngrad || h.codec == codec_id::powersgd;
@@ -94,7 +87,7 @@ result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {
   if ((h.mode & ~modes) != 0) return corrupt("unknown mode bits");
   if (h.codec == codec_id::sign && ((h.mode & mode_scale_mask) >> mode_scale_shift) > 2)
     return corrupt("unknown sign scale");
-  if (is_bucketed(h.codec) && (h.group < 1 || h.group > (1u << 24)))
+  if (traits.bucketed && (h.group < 1 || h.group > (1u << 24)))
     return corrupt("bucket out of range");
 
   const std::uint64_t vsize = dtype_size(h.type);

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "gradcodec/blocks/codec_traits.hpp"
 #include "support/codec_cases.hpp"
 #include "support/data.hpp"
 #include "support/specs.hpp"
@@ -285,3 +286,42 @@ INSTANTIATE_TEST_SUITE_P(Reference, EveryCodecSized,
                          gc::test::codec_case_name);
 
 }  // namespace
+
+// The traits the layers ask for (blocks/codec_traits.hpp) against what each codec's frames
+// show, at its defaults on 4097 elements: a selecting codec decodes to its input or zero
+// at every element, an indexed one spends a value and an index per kept element, a frame
+// whose size follows the data changes size with the data (and only then), a bucketed
+// codec has a bucket, and only a matrix codec's frame depends on the row count.
+TEST(CodecTraits, MatchWhatTheFramesShow) {
+  const std::uint64_t n = 4097;  // 17 x 241
+  const std::vector<float> big = gc::test::gaussian(n, 1);
+  std::vector<float> small(big);
+  for (float& v : small) v *= 0.003f;
+  const gc::context ctx{1, 2, 3};
+  for (const gc::codec_info& c : gc::all_codecs()) {
+    SCOPED_TRACE(std::string(c.name));
+    const gc::blocks::codec_traits t = gc::blocks::traits_of(c.id);
+    const gc::codec_spec s = gc::make_spec(c.id);
+    const auto encode = [&](const std::vector<float>& x, std::uint64_t rows) {
+      return gc::test::encode_vec(s, ctx, gc::const_tensor_view{x.data(), n, gc::dtype::f32, rows})
+          .value();
+    };
+    const std::vector<std::byte> a = encode(big, 17), b = encode(small, 17);
+    tensor d = tensor::zeros(n, gc::dtype::f32, 17);
+    ASSERT_TRUE(gc::test::decode_vec(a, d.mview()).ok());
+    bool subset = true;
+    for (std::uint64_t i = 0; i < n; ++i)
+      subset = subset && (d.get(i) == 0.0f || gc::test::same_bits(d.get(i), big[i]));
+    EXPECT_EQ(t.selects, subset);
+    const gc::frame_header h = gc::peek(a).value();
+    EXPECT_EQ(t.indexed, t.selects && h.payload_bytes >= 8 * h.count);
+    EXPECT_EQ(t.size_from_data, a.size() != b.size());
+    bool has_bucket = false;
+    for (const gc::param_info& p : c.params) has_bucket = has_bucket || p.key == "bucket";
+    EXPECT_EQ(t.bucketed, has_bucket);
+    EXPECT_EQ(t.matrix, encode(big, 241) != a);
+    // What the names promise of each other.
+    EXPECT_TRUE(!t.size_from_data || t.count_from_data);
+    EXPECT_TRUE(!(t.count_from_data || t.indexed) || t.selects);
+  }
+}

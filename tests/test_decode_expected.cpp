@@ -158,7 +158,7 @@ TEST_P(ExpectedDecodeDamage, OnlyVaryingCountsMayComeInALongerBuffer) {
   const tensor in = input(kDamagedN, gc::dtype::f32, 11);
   const auto frame = encode_ok(GetParam(), in);
   const gc::frame_header expected = header_of(frame);
-  const bool varies = gc::blocks::count_varies(expected.codec);
+  const bool varies = gc::blocks::traits_of(expected.codec).count_from_data;
   for (gc::backend where : host_backends()) {
     tensor want = tensor::zeros(in.n, gc::dtype::f32, in.rows);
     ASSERT_TRUE(gc::test::decode_vec(frame, want.mview(), where).ok());

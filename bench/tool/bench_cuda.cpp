@@ -149,8 +149,7 @@ void run_codec(run_state& st, gpu_clock& clk, const codec_spec& spec, const std:
   check(cudaMemcpy(header.data(), frame.ptr, header_bytes, cudaMemcpyDeviceToHost), "header copy");
   const auto h = peek(header);
   const std::uint64_t kept = h ? h.value().count : n;
-  const bool sparse = spec.id == codec_id::topk || spec.id == codec_id::dgc ||
-                      spec.id == codec_id::randomk || spec.id == codec_id::threshold;
+  const bool sparse = blocks::traits_of(spec.id).selects;
   const tensor_view out_v{out.ptr, n, dtype::f32, rows};
 
   const auto td = clk.time(st.min_runs, [&] {

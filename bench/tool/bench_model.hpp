@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "gradcodec/blocks/codec_traits.hpp"
 #include "gradcodec/spec.hpp"
 
 namespace gradcodec::tool {
@@ -37,9 +38,8 @@ inline double bytes_per_element(codec_id id, bench_op op, std::uint64_t n, std::
                                 std::uint64_t kept) noexcept {
   if (n == 0) return 0.0;
   const double f = static_cast<double>(frame) / static_cast<double>(n);
-  const bool sparse = id == codec_id::topk || id == codec_id::dgc || id == codec_id::randomk ||
-                      id == codec_id::threshold;
-  const bool lowrank = id == codec_id::powersgd;
+  const bool sparse = blocks::traits_of(id).selects;
+  const bool lowrank = blocks::traits_of(id).matrix;
   switch (op) {
     case bench_op::encode: return (lowrank ? 8.0 : 4.0) + f;
     case bench_op::decode: return f + 4.0;

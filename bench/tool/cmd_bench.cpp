@@ -365,9 +365,7 @@ void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& 
     all_note(note_of(h.error(), t));
     return;
   }
-  const bool sparse = spec.id == codec_id::topk || spec.id == codec_id::dgc ||
-                      spec.id == codec_id::randomk || spec.id == codec_id::threshold;
-  const std::uint64_t kept = sparse ? h.value().count : n;
+  const std::uint64_t kept = blocks::traits_of(spec.id).selects ? h.value().count : n;
   const tensor_view out{b.out.data(), n, dtype::f32, rows};
   const tensor_view acc{b.acc.data(), n, dtype::f32, rows};
   const tensor_view residual{b.residual.data(), n, dtype::f32, rows};

@@ -4,6 +4,7 @@
 //! its segment once, the frames are allgathered, and every rank decode-accumulates all of
 //! them in rank order (or takes gradcodec::sign_majority_vote of them), so every rank
 //! computes the same bytes.
+#include "gradcodec/blocks/codec_traits.hpp"
 #include "gradcodec/vote.hpp"
 #include "internal.hpp"
 
@@ -22,7 +23,7 @@ class allgather_program final : public program {
 
  private:
   // Threshold's bound is the dense worst case: exchange the sizes first instead of padding.
-  static bool variable(const run& r) { return r.cfg.spec.id == codec_id::threshold; }
+  static bool variable(const run& r) { return blocks::traits_of(r.cfg.spec.id).size_from_data; }
 
   static std::uint64_t capacity(const run& r, const segment& g) {
     return encode_bound(r.cfg.spec, g.len, r.in.type, g.rows);

@@ -6,6 +6,7 @@
 //! with its own server residual, and the owners' frames are allgathered and decoded by
 //! every rank. The dense strategy of fp16/bf16 is the same program with the input divided
 //! by W before the cast, plain sums at the owner and no server residual.
+#include "gradcodec/blocks/codec_traits.hpp"
 #include "internal.hpp"
 
 namespace gradcodec::comm::detail {
@@ -23,7 +24,7 @@ class two_phase_program final : public program {
   }
 
  private:
-  static bool variable(const run& r) { return r.cfg.spec.id == codec_id::threshold; }
+  static bool variable(const run& r) { return blocks::traits_of(r.cfg.spec.id).size_from_data; }
   static bool prescaled(const run& r) { return r.divisor != 1.0f; }
   static dtype worker_type(const run& r) { return prescaled(r) ? dtype::f32 : r.in.type; }
   static bool server_feedback(const run& r) {

@@ -65,10 +65,6 @@ STRATEGIES = ("allgather", "dense", "two_phase", "powersgd", "vote")
 NONFINITE = ("raise", "skip", "propagate")
 WARMUP = ("dense", "ramp")
 
-# Codecs whose frame size depends on the data (encode_bound is only an upper bound).
-_VARIABLE_SIZE = ("threshold", "powersgd")
-# Codecs that send a subset of the values unchanged (momentum masking, the warm-up ramp).
-_SPARSIFIERS = ("topk", "dgc", "randomk", "threshold")
 _DTYPES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _PREAMBLE = 16  # bytes before a rank's frames in an all-gather: byte 0 = non-finite flag
 _STATE_VERSION = 2
@@ -95,7 +91,8 @@ def _check_strategy(codec: _gc.Codec, strategy: str) -> None:
         "allgather": True,
         "dense": codec.name in ("fp16", "bf16", "randomk"),
         # Fixed-size frames (the chunks' sizes are known), and a mean to re-encode.
-        "two_phase": codec.name not in _VARIABLE_SIZE and default_strategy(codec) != "vote",
+        "two_phase": not codec.traits["size_from_data"] and not codec.traits["matrix"]
+        and default_strategy(codec) != "vote",
         "powersgd": codec.name == "powersgd",
         "vote": codec.name == "sign",
     }
@@ -252,7 +249,7 @@ class HookState:
         self.strategy = default_strategy(self.codec) if strategy is None else strategy
         _check_strategy(self.codec, self.strategy)
         self.backend = backend
-        self.per_tensor = self.codec.name not in _SPARSIFIERS if per_tensor is None \
+        self.per_tensor = not self.codec.traits["selects"] if per_tensor is None \
             else bool(per_tensor)
         self.compress_1d = (not self.per_tensor) if compress_1d is None else bool(compress_1d)
         self.min_numel = int(min_numel)
@@ -432,7 +429,8 @@ class HookState:
             return self.codec, True
         if step >= self.warmup_steps:
             return self.codec, False
-        if self.warmup == "dense" or self.codec.name not in ("topk", "dgc", "randomk") or \
+        # The ramp needs a kept fraction: top-k, DGC and random-k without an absolute k.
+        if self.warmup == "dense" or "ratio" not in self.codec.params or \
                 self.codec.params.get("k", 0) > 0:
             return self.codec, True
         base = float(self.codec.params["ratio"])
@@ -547,7 +545,7 @@ class _Step:
         """DGC's factor masking: zero the momentum where the sparsifier sent it (there the
         residual is exactly zero after the encode)."""
         u, e = self.new_momentum, self.b.residual
-        if u is None or not self.ef or self.codec.name not in _SPARSIFIERS:
+        if u is None or not self.ef or not self.codec.traits["selects"]:
             return
         for s in self.segs:
             if s.compressed:
@@ -655,7 +653,7 @@ def _warn_if_larger_than_dense(codec: _gc.Codec, world: int, length: int, n: int
     _warned.add(key)
     hint = {"threshold": "; a larger tau keeps fewer elements"}.get(
         codec.name, "; all-gathered, a ratio saves about 1/(world*ratio): choose a smaller one"
-        if codec.name in _SPARSIFIERS else "")
+        if codec.traits["selects"] else "")
     warnings.warn(f"gradcodec: {codec.spec} all-gathered over {world} ranks sends "
                   f"{_allgather_wire(length, world)} bytes for a bucket that a float32 "
                   f"allreduce sends in {_allreduce_wire(4 * n, world)}{hint}", stacklevel=2)
@@ -695,7 +693,7 @@ def _allgather(ctx: _Step, x: torch.Tensor):
         offset += _align(size)
     ctx.mask_momentum()
     pg = ctx.pg
-    if codec.name in _VARIABLE_SIZE:
+    if codec.traits["size_from_data"]:  # the ranks' frames differ in size
         mine = torch.tensor(sizes, dtype=torch.int64, device=ctx.device)
         gathered = [torch.empty_like(mine) for _ in range(world)]
         dist.all_gather(gathered, mine, group=pg)

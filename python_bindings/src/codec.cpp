@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "gradcodec/blocks/codec_traits.hpp"
 
 namespace gradcodec::python {
 namespace {
@@ -374,6 +375,21 @@ void register_codec(nb::module_& m) {
           "spec", [](const codec_spec& s) { return to_string(s); },
           "The canonical spec string (parses back to an equal Codec).")
       .def_prop_ro("params", &params_of, "The codec's parameters as a dict (typed values).")
+      .def_prop_ro(
+          "traits",
+          [](const codec_spec& s) {
+            const blocks::codec_traits t = blocks::traits_of(s.id);
+            nb::dict d;
+            d["selects"] = t.selects;
+            d["indexed"] = t.indexed;
+            d["count_from_data"] = t.count_from_data;
+            d["size_from_data"] = t.size_from_data;
+            d["bucketed"] = t.bucketed;
+            d["matrix"] = t.matrix;
+            return d;
+          },
+          "What the layers ask of the codec (gradcodec/blocks/codec_traits.hpp): selects, "
+          "indexed, count_from_data, size_from_data, bucketed, matrix.")
       .def_prop_ro(
           "info", [](const codec_spec& s) { return info_dict(info(s.id)); },
           "Summary, bits per element, bias and parameter documentation of the codec.")

@@ -49,7 +49,8 @@ inline std::vector<damaged_frame> damaged_frames(const std::vector<std::byte>& f
   out.push_back({"checksum", bytes, verdict_code::header_checksum});
   out.push_back(
       {"shorter frame", {frame.begin(), frame.end() - 16}, verdict_code::size_mismatch, 16});
-  if (!blocks::count_varies(h.codec)) {  // threshold and dgc frames may sit in a longer buffer
+  if (!blocks::traits_of(h.codec)
+           .count_from_data) {  // threshold and dgc frames may sit in a longer buffer
     bytes = frame;
     bytes.resize(bytes.size() + 16);
     out.push_back({"longer frame", bytes, verdict_code::size_mismatch, 16});

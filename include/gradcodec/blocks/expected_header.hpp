@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "gradcodec/blocks/codec_traits.hpp"
 #include "gradcodec/blocks/config.hpp"
 #include "gradcodec/blocks/header.hpp"
 #include "gradcodec/blocks/layout.hpp"
@@ -21,11 +22,6 @@ GRADCODEC_HD std::uint64_t get_le(const std::uint8_t* src, int bytes) {
   std::uint64_t v = 0;
   for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | src[i];
   return v;
-}
-
-//! Whether frames of this codec carry a count that depends on the data.
-GRADCODEC_HD bool count_varies(codec_id c) {
-  return c == codec_id::threshold || c == codec_id::dgc;
 }
 
 GRADCODEC_HD frame_verdict failed_verdict(verdict_code c, std::uint32_t field) {
@@ -51,7 +47,7 @@ GRADCODEC_HD frame_verdict check_expected_header(const frame_header& expected,
   // and checked for consistency below. The field named is the one the byte belongs to.
   std::uint8_t want[header_bytes];
   serialize_header(expected, want);
-  const bool varies = count_varies(expected.codec);
+  const bool varies = traits_of(expected.codec).count_from_data;
   constexpr std::uint8_t field_start[] = {5, 6, 7, 8, 16, 24, 32, 36, 38, 39, 40};
   for (int pass = 0; pass < 2; ++pass) {
     std::uint32_t field = 5;
