@@ -16,10 +16,10 @@
 #include <limits>
 #include <type_traits>
 
-#include "../src/backend.hpp"
-#include "../src/powersgd_kernels.hpp"
-#include "../src/scalar_values.hpp"
-#include "../src/vote_kernels.hpp"
+#include "contract/backend.hpp"
+#include "contract/powersgd_kernels.hpp"
+#include "contract/scalar_values.hpp"
+#include "contract/vote_kernels.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/layout.hpp"

@@ -12,9 +12,9 @@
 #include <string>
 #include <thread>
 
-#include "../src/backend.hpp"
-#include "../src/powersgd_kernels.hpp"
-#include "../src/vote_kernels.hpp"
+#include "contract/backend.hpp"
+#include "contract/powersgd_kernels.hpp"
+#include "contract/vote_kernels.hpp"
 #include "gradcodec/cpu.hpp"
 
 namespace gradcodec {

@@ -3,7 +3,7 @@
 //! The CUDA codecs of kernels/*.cu, gathered into the backend table by table.cu.
 #pragma once
 
-#include "../src/backend.hpp"
+#include "contract/backend.hpp"
 
 namespace gradcodec::cuda {
 

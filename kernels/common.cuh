@@ -4,7 +4,7 @@
 //! the decoded-value store, launch shapes, the workspace's status words, and the kernel
 //! that finishes a frame header on the device.
 //!
-//! Contract with the front end (src/backend.hpp): buffers are device memory; a CUDA codec
+//! Contract with the front end (contract/backend.hpp): buffers are device memory; a CUDA codec
 //! writes the whole frame itself, header included (at payload - header_bytes), because
 //! the non-finite flag and with it the header checksum are known only on the device.
 //! Everything is stream-ordered on the caller's stream: no allocation, no host
@@ -16,8 +16,8 @@
 #include <atomic>
 #include <cstdint>
 
-#include "../src/backend.hpp"
-#include "../src/scalar_values.hpp"
+#include "contract/backend.hpp"
+#include "contract/scalar_values.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/header.hpp"
@@ -55,7 +55,7 @@ status read_to_host(void* host, const void* device, std::size_t bytes, void* str
     if (gradcodec_e_ != cudaSuccess) return ::gradcodec::cuda::cuda_error(gradcodec_e_, what); \
   } while (0)
 
-// Element access in any dtype: the library's one definition (src/scalar_values.hpp).
+// Element access in any dtype: the library's one definition (contract/scalar_values.hpp).
 using detail::load_value;
 using detail::store_value;
 

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <vector>
 
-#include "../src/backend.hpp"
-#include "../src/scalar_values.hpp"
+#include "contract/backend.hpp"
+#include "contract/scalar_values.hpp"
 #include "gradcodec/blocks/bytes.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"

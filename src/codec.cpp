@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "backend.hpp"
+#include "contract/backend.hpp"
 #include "gradcodec/blocks/expected_header.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/fmath.hpp"

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! The PowerSGD phase API (docs/codecs.md "powersgd"): argument checks, then the kernels of
-//! src/powersgd_kernels.hpp: the CPU backend's when the library has one, else the plain
+//! contract/powersgd_kernels.hpp: the CPU backend's when the library has one, else the plain
 //! scalar code below (every sum the canonical sum), which the CPU and CUDA versions
 //! reproduce bit for bit. Also the state checkpoint format (docs/format.md "PowerSGD state").
 #include "gradcodec/powersgd.hpp"
@@ -14,11 +14,11 @@
 #include <utility>
 #include <vector>
 
-#include "../reference/common.hpp"
-#include "backend.hpp"
+#include "contract/backend.hpp"
+#include "contract/powersgd_kernels.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/frame.hpp"
-#include "powersgd_kernels.hpp"
+#include "reference/common.hpp"
 
 namespace gradcodec {
 namespace {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! Which optional backends this build contains (set by CMake).
-#include "backend.hpp"
+#include "contract/backend.hpp"
 
 namespace gradcodec::detail {
 

@@ -2,7 +2,7 @@
 //! @file
 //! signSGD majority vote over `sign` frames (docs/codecs.md "Majority vote"): the checks of
 //! the public function, and the scalar kernel that is the oracle for the CPU backend's
-//! (src/vote_kernels.hpp).
+//! (contract/vote_kernels.hpp).
 #include "gradcodec/vote.hpp"
 
 #include <algorithm>
@@ -14,11 +14,11 @@
 #include <cstring>
 #include <limits>
 
+#include "contract/scalar_values.hpp"
+#include "contract/vote_kernels.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/frame.hpp"
-#include "scalar_values.hpp"
-#include "vote_kernels.hpp"
 
 namespace gradcodec {
 namespace {

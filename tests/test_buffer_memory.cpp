@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "backend.hpp"
+#include "contract/backend.hpp"
 
 namespace gc = gradcodec;
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "../reference/common.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/philox.hpp"
 #include "gradcodec/gradcodec.hpp"
+#include "reference/common.hpp"
 
 namespace gc = gradcodec;
 

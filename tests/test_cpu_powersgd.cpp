@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "contract/powersgd_kernels.hpp"
 #include "gradcodec/cpu.hpp"
-#include "powersgd_kernels.hpp"
 #include "support/backend_compare.hpp"
 #include "support/data.hpp"
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "../cpu/common.hpp"
+#include "cpu/common.hpp"
 #include "gradcodec/cpu.hpp"
 #include "support/backend_compare.hpp"
 #include "support/data.hpp"
@@ -62,10 +62,10 @@
 namespace gradcodec::cpu::qtest_scalar {
 #define GRADCODEC_CPU_LEVEL 0
 // The SIMD layer first: the kernels are written against it.
-#include "../cpu/simd-inl.hpp"
+#include "cpu/simd-inl.hpp"
 
-#include "../cpu/kernels/bitpack-inl.hpp"
-#include "../cpu/kernels/philox-inl.hpp"
+#include "cpu/kernels/bitpack-inl.hpp"
+#include "cpu/kernels/philox-inl.hpp"
 GRADCODEC_QTEST_BODY
 #undef GRADCODEC_CPU_LEVEL
 }  // namespace gradcodec::cpu::qtest_scalar
@@ -74,10 +74,10 @@ GRADCODEC_TARGET_BEGIN(GRADCODEC_TARGET_AVX2)
 namespace gradcodec::cpu::qtest_avx2 {
 #define GRADCODEC_CPU_LEVEL 1
 // The SIMD layer first: the kernels are written against it.
-#include "../cpu/simd-inl.hpp"
+#include "cpu/simd-inl.hpp"
 
-#include "../cpu/kernels/bitpack-inl.hpp"
-#include "../cpu/kernels/philox-inl.hpp"
+#include "cpu/kernels/bitpack-inl.hpp"
+#include "cpu/kernels/philox-inl.hpp"
 GRADCODEC_QTEST_BODY
 #undef GRADCODEC_CPU_LEVEL
 }  // namespace gradcodec::cpu::qtest_avx2
@@ -87,10 +87,10 @@ GRADCODEC_TARGET_BEGIN(GRADCODEC_TARGET_AVX512)
 namespace gradcodec::cpu::qtest_avx512 {
 #define GRADCODEC_CPU_LEVEL 2
 // The SIMD layer first: the kernels are written against it.
-#include "../cpu/simd-inl.hpp"
+#include "cpu/simd-inl.hpp"
 
-#include "../cpu/kernels/bitpack-inl.hpp"
-#include "../cpu/kernels/philox-inl.hpp"
+#include "cpu/kernels/bitpack-inl.hpp"
+#include "cpu/kernels/philox-inl.hpp"
 GRADCODEC_QTEST_BODY
 #undef GRADCODEC_CPU_LEVEL
 }  // namespace gradcodec::cpu::qtest_avx512

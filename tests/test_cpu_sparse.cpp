@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "../cpu/common.hpp"
+#include "cpu/common.hpp"
 #include "gradcodec/blocks/philox.hpp"
 #include "gradcodec/cpu.hpp"
 #include "support/backend_compare.hpp"

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
+#include "contract/vote_kernels.hpp"
 #include "gradcodec/cpu.hpp"
 #include "gradcodec/vote.hpp"
 #include "support/backend_compare.hpp"
 #include "support/data.hpp"
-#include "vote_kernels.hpp"
 
 namespace gc = gradcodec;
 using namespace gc::test;

@@ -12,10 +12,10 @@
 #include <random>
 #include <vector>
 
+#include "contract/vote_kernels.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/gradcodec.hpp"
-#include "vote_kernels.hpp"
 
 namespace gc = gradcodec;
 using gradcodec::blocks::bf16_to_f32;

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "../../src/scalar_values.hpp"
+#include "contract/scalar_values.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/dtype.hpp"
 

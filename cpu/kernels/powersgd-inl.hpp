@@ -2,7 +2,7 @@
 //! @file
 //! PowerSGD (docs/codecs.md "powersgd") on the CPU: the stateless codec (encode, decode,
 //! decode-accumulate, fused error feedback) and the kernels of the phase API
-//! (src/powersgd_kernels.hpp), bit-identical to reference/powersgd.cpp and the scalar phases
+//! (contract/powersgd_kernels.hpp), bit-identical to reference/powersgd.cpp and the scalar phases
 //! in src/powersgd.cpp. Included inside an ISA namespace after simd-inl.hpp and
 //! philox-inl.hpp.
 //!
@@ -1002,7 +1002,7 @@ inline status powersgd_decode(const detail::decode_call& c) {
   return {};
 }
 
-// ---- The phase API's kernels (src/powersgd_kernels.hpp) -----------------------------------
+// ---- The phase API's kernels (contract/powersgd_kernels.hpp) -----------------------------------
 // The public functions in src/powersgd.cpp check every argument and then call these.
 
 inline bool psgd_phase_nonfinite(const_tensor_view grad, const float* residual) {

@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 
-#include "../support/specs.hpp"
 #include "fuzz_common.hpp"
 #include "gradcodec/blocks/float16.hpp"
+#include "support/specs.hpp"
 
 namespace gc = gradcodec;
 

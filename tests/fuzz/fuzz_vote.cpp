@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "../support/data.hpp"
 #include "fuzz_common.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/vote.hpp"
+#include "support/data.hpp"
 
 namespace gc = gradcodec;
 

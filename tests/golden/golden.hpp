@@ -6,13 +6,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <iterator>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "../support/data.hpp"
+#include "support/data.hpp"
 
 namespace gradcodec::test::golden {
 
@@ -44,7 +44,7 @@ inline std::vector<float> input_values(std::uint64_t n, std::uint64_t seed) {
   std::vector<float> v = gaussian(n, seed);
   for (std::uint64_t i = 0; i < n; i += 97) v[i] = 0.0f;
   for (std::uint64_t i = 13; i < n; i += 101) v[i] = -0.0f;
-  for (std::uint64_t i = 29; i < n; i += 89) v[i] = 2.5f;  // ties
+  for (std::uint64_t i = 29; i < n; i += 89) v[i] = 2.5f;            // ties
   for (std::uint64_t i = 200; i < 240 && i < n; ++i) v[i] = -0.75f;  // a constant run
   if (n > 500) v[500] = 1e-30f, v[501] = -3e4f;
   return v;

@@ -94,7 +94,7 @@ struct device_access {
 };
 
 //! The PowerSGD phase API (include/gradcodec/powersgd.hpp) on a device backend, stream-
-//! ordered on `stream`: the operations of detail::powersgd_kernels (src/powersgd_kernels.hpp)
+//! ordered on `stream`: the operations of detail::powersgd_kernels (contract/powersgd_kernels.hpp)
 //! on device memory, after the front end checked every argument. Equal bits to the host
 //! kernels except the bit patterns of NaNs.
 struct device_powersgd_phases {
