@@ -3,7 +3,7 @@
 //! The kernels behind the PowerSGD phase API (include/gradcodec/powersgd.hpp). The public
 //! functions in src/powersgd.cpp check their arguments, then run these: the CPU backend's
 //! (cpu/kernels/powersgd-inl.hpp, for the active ISA) when the library has one, else the
-//! plain scalar code of src/powersgd.cpp. Both compute the same bits (docs/codecs.md).
+//! plain scalar code of reference/powersgd_phases.cpp. Both compute the same bits (docs/codecs.md).
 //! Kernels never fail and take already-checked shapes; spans do not overlap.
 #pragma once
 
@@ -30,7 +30,7 @@ struct powersgd_kernels {
                  int world, bool ef, float* residual, tensor_view out);
 };
 
-//! The scalar kernels (src/powersgd.cpp): the oracle the CPU ones are tested against.
+//! The scalar kernels (reference/powersgd_phases.cpp): the oracle the CPU ones are tested against.
 const powersgd_kernels& powersgd_scalar_kernels() noexcept;
 //! The CPU backend's kernels for the active ISA; null when the library has no CPU backend
 //! or no variant this CPU can run.

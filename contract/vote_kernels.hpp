@@ -3,7 +3,7 @@
 //! The kernels behind gradcodec::sign_majority_vote (include/gradcodec/vote.hpp). The public
 //! function in src/vote.cpp checks every frame, then runs these: the CPU backend's
 //! (cpu/kernels/vote-inl.hpp, for the active ISA) when the library has one, else the plain
-//! scalar code of src/vote.cpp, which is the oracle the CPU ones are tested against. Both
+//! scalar code of reference/vote.cpp, which is the oracle the CPU ones are tested against. Both
 //! write the same bytes (docs/codecs.md "Majority vote").
 #pragma once
 
@@ -53,7 +53,7 @@ struct vote_kernels {
   void (*vote)(const vote_call& c);
 };
 
-//! The scalar kernel (src/vote.cpp): the oracle.
+//! The scalar kernel (reference/vote.cpp): the oracle.
 const vote_kernels& vote_scalar_kernels() noexcept;
 //! The CPU backend's kernel for the active ISA (cpu/isa.cpp); null when the library has no
 //! CPU backend or no variant this CPU can run.

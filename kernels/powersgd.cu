@@ -211,9 +211,9 @@ status encode_values(const detail::encode_call& c, values_in v) {
 }
 
 // ---- The phase API (include/gradcodec/powersgd.hpp; src/powersgd.cpp checks arguments) --
-// The same operations as the host kernels (src/powersgd.cpp), one f32 rounding each, with
-// x86's NaN rule wherever an x86 add, subtraction or division of the host code meets a
-// NaN operand; NaNs the products create differ in their bits from the host's.
+// The same operations as the host kernels (reference/powersgd_phases.cpp), one f32 rounding each,
+// with x86's NaN rule wherever an x86 add, subtraction or division of the host code meets a NaN
+// operand; NaNs the products create differ in their bits from the host's.
 
 //! residual[k] = residual[k] + grad[k].
 __global__ void sum_kernel(values_in g, std::uint64_t n, float* e) {
