@@ -16,36 +16,12 @@
 #include <type_traits>
 
 #include "gradcodec/codec.hpp"
+#include "gradcodec/format.hpp"
 #include "gradcodec/frame.hpp"
 #include "gradcodec/status.hpp"
 #include "gradcodec/views.hpp"
 
 namespace gradcodec {
-
-//! What a checked decode found. Zero means the frame was decoded.
-enum class verdict_code : std::uint32_t {
-  ok = 0,
-  truncated = 1,            //!< shorter than the 48-byte header
-  bad_magic = 2,            //!< not a gradcodec frame
-  unsupported_version = 3,  //!< another format version
-  header_checksum = 4,      //!< the header's CRC-32C does not match
-  unexpected_field = 5,     //!< a header field differs from the expected header (`field`)
-  bad_count = 6,            //!< threshold/dgc: count above n, or payload size inconsistent
-  size_mismatch = 7,        //!< the frame is not 48 + payload_bytes long
-  bad_indices = 8,          //!< sparse indices out of range or not strictly ascending
-};
-
-//! The outcome of one decode_expected call, 16 bytes in the frame's memory (device memory
-//! for the CUDA backend). Written by every call that returns ok; read it after the work
-//! is done (for CUDA: after the stream is synchronized).
-struct frame_verdict {
-  std::uint32_t code = 0;   //!< a verdict_code
-  std::uint32_t field = 0;  //!< unexpected_field: byte offset of the first differing field
-  std::uint64_t count = 0;  //!< the frame's count field as read (when the header passed)
-};
-// Bindings and device code rely on this layout (16 bytes, 8-byte aligned).
-static_assert(sizeof(frame_verdict) == 16 && alignof(frame_verdict) == 8 &&
-              std::is_standard_layout_v<frame_verdict>);
 
 //! Decodes `frame` into `out` (expected.n elements) when its header equals `expected` in
 //! every field but three that may differ from frame to frame of the same codec: the

@@ -10,30 +10,11 @@
 #include <string>
 #include <string_view>
 
+#include "gradcodec/format.hpp"
 #include "gradcodec/status.hpp"
 
 namespace gradcodec {
 
-//! Wire values: stored in the frame header, do not renumber.
-enum class codec_id : std::uint8_t {
-  topk = 1,
-  dgc = 2,
-  randomk = 3,
-  threshold = 4,
-  qsgd = 5,
-  terngrad = 6,
-  minmax = 7,
-  onebit = 8,
-  sign = 9,
-  fp16 = 10,
-  bf16 = 11,
-  powersgd = 12,
-};
-inline constexpr int codec_count = 12;
-
-enum class rounding_mode : std::uint8_t { nearest = 0, stochastic = 1 };
-enum class norm_kind : std::uint8_t { l2 = 0, max = 1 };
-enum class scale_kind : std::uint8_t { none = 0, mean = 1, l2 = 2 };
 //! What encode does with NaN/Inf in its input: keep them visible in the frame (default),
 //! or refuse with status_code::nonfinite_input.
 enum class nonfinite_policy : std::uint8_t { propagate = 0, error = 1 };

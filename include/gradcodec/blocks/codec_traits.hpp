@@ -6,7 +6,7 @@
 #pragma once
 
 #include "gradcodec/blocks/config.hpp"
-#include "gradcodec/spec.hpp"
+#include "gradcodec/format.hpp"
 
 namespace gradcodec::blocks {
 

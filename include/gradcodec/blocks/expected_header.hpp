@@ -12,8 +12,7 @@
 #include "gradcodec/blocks/config.hpp"
 #include "gradcodec/blocks/header.hpp"
 #include "gradcodec/blocks/layout.hpp"
-#include "gradcodec/expected_decode.hpp"
-#include "gradcodec/frame.hpp"
+#include "gradcodec/format.hpp"
 
 namespace gradcodec::blocks {
 

@@ -9,7 +9,7 @@
 
 #include "gradcodec/blocks/config.hpp"
 #include "gradcodec/blocks/float16.hpp"
-#include "gradcodec/frame.hpp"
+#include "gradcodec/format.hpp"
 
 namespace gradcodec::blocks {
 

@@ -11,7 +11,7 @@
 #include "gradcodec/blocks/canonical_sum.hpp"
 #include "gradcodec/blocks/config.hpp"
 #include "gradcodec/blocks/fmath.hpp"
-#include "gradcodec/spec.hpp"
+#include "gradcodec/format.hpp"
 
 namespace gradcodec::blocks {
 
