@@ -167,11 +167,30 @@ TEST_F(Bench, ErrorFeedbackRowsCountTheFramesTheyWrote) {
   EXPECT_DOUBLE_EQ(ratio[topk + "encode_ef"], ratio[topk + "encode"]) << r.out;
 }
 
+TEST_F(Bench, VerifyChecksEveryMeasuredConfigurationAgainstTheReference) {
+  // Every ISA of the CPU backend, three codec families, an odd size: frames, decoded values
+  // and one error-feedback step equal the reference's (a backend that differed would fail
+  // the run with a "verify:" line naming the first differing byte).
+  const run_result r = run(
+      "bench --sizes 4097 --codecs fp16,minmax:bits=4,topk,sign --backend cpu --repeat 5 --verify");
+  if (r.code == 1 && r.err.find("not available") != std::string::npos)
+    GTEST_SKIP() << "no CPU backend in this build";
+  ASSERT_EQ(r.code, 0) << r.err << r.out;
+  std::size_t isas = 0;
+  for (const char* isa : {"scalar", "avx2", "avx512"})
+    isas += gradcodec::cpu_isa_supported(gradcodec::cpu_isa_from_name(isa).value()) ? 1 : 0;
+  EXPECT_NE(r.out.find("verify: " + std::to_string(4 * isas) +
+                       " measured configurations equal the reference backend bit for bit"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST_F(Bench, BadOptionsAreUsageErrors) {
   for (const std::string args :
        {"bench --sizes 0", "bench --sizes 2^x", "bench --codecs nosuch", "bench --repeat 2",
         "bench --backend nosuch", "bench --isa nosuch", "bench --sizes 1,,2",
-        "bench --backend cuda,cpu", "bench --gpu 0", "bench --backend cuda --isa avx2"}) {
+        "bench --backend cuda,cpu", "bench --gpu 0", "bench --backend cuda --isa avx2",
+        "bench --allreduce --verify", "bench --backend cuda --verify"}) {
     const run_result r = run(args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << "\n" << r.err;

@@ -64,6 +64,9 @@ struct run_state {
   std::vector<record> records;
   table out;
   std::size_t failed = 0;
+  //! --verify: every measured frame and output against the reference backend's.
+  bool verify = false;
+  std::size_t verified = 0;
 
   void add(record r) {
     if (r.note.empty() && r.median_s > 0) {

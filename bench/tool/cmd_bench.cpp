@@ -16,6 +16,7 @@
 #include <iostream>
 #include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,9 @@ constexpr std::array bench_options{
     option_spec{"repeat", "N", "timed runs at least (default 5; more for short operations)", false,
                 false},
     option_spec{"json", "FILE", "also write every measurement as JSON to FILE", false, false},
+    option_spec{"verify", "",
+                "check every measured frame, decoded output and error-feedback step against the "
+                "reference backend, bit for bit; a difference fails the run"},
     allreduce_flag,
     allreduce_strategies_option,
     allreduce_pipeline_option,
@@ -295,6 +299,64 @@ std::string note_of(const status& s, const target& t) {
 }
 
 //! The four operations of one codec on one target; rows for each.
+//! The first byte where two byte ranges differ, as a message ("" when equal).
+std::string first_difference(const char* what, std::span<const std::byte> a,
+                             std::span<const std::byte> b) {
+  if (a.size() != b.size())
+    return strprintf("%s: %zu bytes against the reference's %zu", what, a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i] != b[i]) return strprintf("%s: byte %zu differs from the reference's", what, i);
+  return {};
+}
+
+std::span<const std::byte> bytes_of(std::span<const float> v) { return std::as_bytes(v); }
+
+//! --verify: the frame and decoded values the measured backend produced, and one error-
+//! feedback step from a zero residual on both backends, against the reference backend.
+std::string verify_against_reference(const codec_spec& spec, const context& ctx,
+                                     const_tensor_view in, const_bytes frame,
+                                     std::span<const float> decoded, const exec_options& opt) {
+  const std::uint64_t n = in.n;
+  // Each call with a workspace of the size it asks for.
+  std::vector<std::byte> ref_ws, ws;
+  const auto with_workspace = [&](exec_options o, operation op,
+                                  std::vector<std::byte>& w) -> result<exec_options> {
+    auto need = workspace_size(spec, in, op, o);
+    if (!need) return need.error();
+    w.assign(need.value(), std::byte{0});
+    o.workspace = w;
+    return o;
+  };
+  auto ref =
+      with_workspace(exec_options{backend::reference}, operation::encode_with_feedback, ref_ws);
+  auto mine = with_workspace(opt, operation::encode_with_feedback, ws);
+  if (!ref || !mine) return "workspace: " + std::string((ref ? mine : ref).error().message());
+  const std::uint64_t bound = encode_bound(spec, n, dtype::f32, in.rows);
+  std::vector<std::byte> want(bound);
+  auto w = encode(spec, ctx, in, want, ref.value());
+  if (!w) return "reference encode: " + std::string(w.error().message());
+  want.resize(w.value());
+  if (auto d = first_difference("frame", frame, want); !d.empty()) return d;
+  std::vector<float> ref_out(n);
+  if (status s = decode(frame, {ref_out.data(), n, dtype::f32, in.rows}, ref.value()); !s.ok())
+    return "reference decode: " + std::string(s.message());
+  if (auto d = first_difference("decoded values", bytes_of(decoded), bytes_of(ref_out)); !d.empty())
+    return d;
+  // One error-feedback step each, from a zero residual.
+  std::vector<float> res(n, 0.0f), ref_res(n, 0.0f);
+  std::vector<std::byte> ef(bound), ref_ef(bound);
+  auto e =
+      encode_with_feedback(spec, ctx, in, {res.data(), n, dtype::f32, in.rows}, ef, mine.value());
+  auto r = encode_with_feedback(spec, ctx, in, {ref_res.data(), n, dtype::f32, in.rows}, ref_ef,
+                                ref.value());
+  if (!e || !r) return "error feedback: " + std::string((e ? r : e).error().message());
+  if (auto d = first_difference("error-feedback frame", std::span(ef).first(e.value()),
+                                std::span(ref_ef).first(r.value()));
+      !d.empty())
+    return d;
+  return first_difference("residual", bytes_of(res), bytes_of(ref_res));
+}
+
 void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& t) {
   const std::uint64_t n = b.x.size();
   const std::uint64_t rows = spec.id == codec_id::powersgd ? powersgd_square_rows(n) : 0;
@@ -391,6 +453,17 @@ void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& 
     return s.ok();
   });
   const double err = td.runs > 0 ? rel_error(b.out.data(), b.x) : 0.0;
+  if (st.verify && t.where != backend::reference && td.runs > 0) {
+    const std::string why = verify_against_reference(spec, ctx, in, frame,
+                                                     std::span<const float>(b.out.data(), n), opt);
+    if (why.empty()) {
+      ++st.verified;
+    } else {
+      ++st.failed;
+      std::cout << "verify: " << name << " on " << backend_name(t.where) << " " << t.isa << ": "
+                << why << "\n";
+    }
+  }
   finish(bench_op::encode, te, err, frame_bytes);
   finish(bench_op::decode, td, err, frame_bytes);
 
@@ -512,6 +585,8 @@ const command_spec bench_spec{
     0};
 
 int run_bench(const parsed_args& args) {
+  if (args.has("verify") && args.has("allreduce"))
+    usage_fail("--verify checks codec calls; the allreduce strategies are checked by the tests");
   if (args.has("allreduce")) return run_bench_allreduce(args);
   std::vector<std::uint64_t> sizes;
   for (const auto& s : split_list("--sizes", args.get("sizes").value_or("2^20,2^24,2^26")))
@@ -537,8 +612,13 @@ int run_bench(const parsed_args& args) {
   const auto json = args.get("json");
   if (args.has("backend")) {
     const auto named = split_list("--backend", *args.get("backend"));
-    if (std::find(named.begin(), named.end(), "cuda") != named.end())
+    if (std::find(named.begin(), named.end(), "cuda") != named.end()) {
+      if (args.has("verify"))
+        usage_fail(
+            "--verify: the CUDA backend is checked against the reference by "
+            "scripts/gpu-check's tests");
       return run_bench_gpu(args, sizes, specs, min_runs, json);
+    }
   }
   if (args.has("gpu")) usage_fail("--gpu: only with --backend cuda");
   bool reference_named = false;
@@ -564,6 +644,7 @@ int run_bench(const parsed_args& args) {
   constexpr std::uint64_t slow_limit = std::uint64_t{1} << 24;
   run_state st;
   st.min_runs = min_runs;
+  st.verify = args.has("verify");
   for (const auto& s : specs) st.out.width = std::max(st.out.width, to_string(s).size() + 2);
   for (const std::uint64_t n : sizes) {
     std::cout << "\nn = " << size_name(n) << " (" << n << " elements, "
@@ -599,6 +680,9 @@ int run_bench(const parsed_args& args) {
       std::cout << "(scalar CPU ISA skipped above 2^24: slow; name it in --isa to include it)\n";
   }
   static_cast<void>(set_cpu_isa(initial_isa));
+  if (st.verify)
+    std::cout << "\nverify: " << st.verified
+              << " measured configurations equal the reference backend bit for bit\n";
   finish_run(st, json);
   return 0;
 }
