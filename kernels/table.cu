@@ -8,6 +8,7 @@
 
 #include "codecs.hpp"
 #include "common.cuh"
+#include "gradcodec/blocks/codec_traits.hpp"
 
 namespace gradcodec::detail {
 
@@ -99,9 +100,8 @@ constexpr codec_ops cast{cuda::cast_workspace, cuda::cast_encode, cuda::cast_dec
 backend_table make_table() {
   backend_table t{"cuda", {}, &access, &cuda::powersgd_phases};
   auto set = [&](codec_id id, codec_ops ops) { t.codecs[static_cast<int>(id) - 1] = ops; };
-  for (codec_id id :
-       {codec_id::qsgd, codec_id::terngrad, codec_id::minmax, codec_id::onebit, codec_id::sign})
-    set(id, bucketed);
+  for (const codec_info& c : all_codecs())
+    if (blocks::traits_of(c.id).bucketed) set(c.id, bucketed);
   set(codec_id::randomk, randomk);
   set(codec_id::topk, topk);
   set(codec_id::threshold, threshold);

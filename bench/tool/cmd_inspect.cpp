@@ -10,6 +10,7 @@
 #include "codec_calls.hpp"
 #include "commands.hpp"
 #include "gcdc_file.hpp"
+#include "gradcodec/blocks/codec_traits.hpp"
 #include "text.hpp"
 
 namespace gradcodec::tool {
@@ -22,26 +23,15 @@ constexpr std::array inspect_options{
 
 //! What a header field means for this codec, or "unused".
 std::string count_meaning(codec_id c) {
-  switch (c) {
-    case codec_id::topk:
-    case codec_id::dgc:
-    case codec_id::threshold:
-    case codec_id::randomk: return "items sent";
-    case codec_id::powersgd: return "rows";
-    default: return "unused";
-  }
+  if (blocks::traits_of(c).selects) return "items sent";
+  if (blocks::traits_of(c).matrix) return "rows";
+  return "unused";
 }
 
 std::string group_meaning(codec_id c) {
-  switch (c) {
-    case codec_id::qsgd:
-    case codec_id::terngrad:
-    case codec_id::minmax:
-    case codec_id::onebit:
-    case codec_id::sign: return "bucket";
-    case codec_id::powersgd: return "rank, 0 = sent dense";
-    default: return "unused";
-  }
+  if (blocks::traits_of(c).bucketed) return "bucket";
+  if (blocks::traits_of(c).matrix) return "rank, 0 = sent dense";
+  return "unused";
 }
 
 std::string level_meaning(codec_id c) {

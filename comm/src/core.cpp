@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "gradcodec/blocks/codec_traits.hpp"
 #include "internal.hpp"
 
 namespace gradcodec::comm {
@@ -86,14 +87,7 @@ range chunk_of(std::uint64_t len, std::uint64_t unit, int world, int c) noexcept
 }
 
 std::uint64_t unit_of(const codec_spec& spec) noexcept {
-  switch (spec.id) {
-    case codec_id::qsgd:
-    case codec_id::terngrad:
-    case codec_id::minmax:
-    case codec_id::onebit:
-    case codec_id::sign: return spec.bucket;
-    default: return 1;
-  }
+  return blocks::traits_of(spec.id).bucketed ? spec.bucket : 1;
 }
 
 void run::fail(const status& s) {
