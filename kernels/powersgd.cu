@@ -57,8 +57,11 @@ __global__ void orth_kernel(float* a, std::uint64_t m, std::uint32_t r, float ep
   blocks::powersgd_orthogonalize(a, m, r, eps, blocks::block_reducer{});
 }
 
-//! The block for orthogonalizing matrices of up to `rows` rows.
-unsigned orth_threads(std::uint64_t rows) { return policy::split_threads(rows); }
+//! orth(a, rows, r, eps) on stream s: one block, its rows split over the warps the policy
+//! gives them.
+void launch_orth(float* a, std::uint64_t rows, std::uint32_t r, float eps, cudaStream_t s) {
+  orth_kernel<<<1, policy::split_threads(rows), 0, s>>>(a, rows, r, eps);
+}
 
 //! Up to this many matrices per batched launch, passed by value (1.3 KB of parameters).
 constexpr std::size_t orth_batch_max = 64;
@@ -189,14 +192,14 @@ status encode_values(const detail::encode_call& c, values_in v) {
   const auto rng = blocks::counter_rng::make(c.ctx.seed, 0, c.ctx.tensor_id);
   init_q_kernel<<<grid_for(sh.cols * r, threads), threads, 0, s>>>(rng, sh.cols * r, q0);
   GRADCODEC_CUDA_LAUNCHED("init_q_kernel");
-  orth_kernel<<<1, orth_threads(sh.cols), 0, s>>>(q0, sh.cols, r, c.spec.eps);
+  launch_orth(q0, sh.cols, r, c.spec.eps, s);
   GRADCODEC_CUDA_LAUNCHED("orth_kernel");
   float* p = payload + l.p_offset / 4;
   float* q = payload + l.q_offset / 4;
   const matrix_in m{v, sh.cols};
   p_kernel<<<grid_for(sh.rows * 32, threads), threads, 0, s>>>(m, sh.rows, q0, r, p);
   GRADCODEC_CUDA_LAUNCHED("p_kernel");
-  orth_kernel<<<1, orth_threads(sh.rows), 0, s>>>(p, sh.rows, r, c.spec.eps);
+  launch_orth(p, sh.rows, r, c.spec.eps, s);
   GRADCODEC_CUDA_LAUNCHED("orth_kernel");
   launch_q(m, sh.rows, p, r, q, s);
   GRADCODEC_CUDA_LAUNCHED("q_kernel");
@@ -241,7 +244,7 @@ __global__ void finish_kernel(const float* p, const float* q, std::uint64_t rows
 
 status phase_orthogonalize(float* a, std::uint64_t rows, std::uint32_t r, float eps, void* stream) {
   if (rows == 0 || r == 0) return {};
-  orth_kernel<<<1, orth_threads(rows), 0, stream_of(stream)>>>(a, rows, r, eps);
+  launch_orth(a, rows, r, eps, stream_of(stream));
   GRADCODEC_CUDA_LAUNCHED("powersgd orth_kernel");
   return {};
 }
@@ -276,7 +279,7 @@ status phase_orthogonalize_batch(const powersgd_matrix* batch, std::size_t count
   std::uint64_t most_rows = 0;
   auto launch = [&]() -> status {
     if (filled == 0) return {};
-    orth_batch_kernel<<<filled, orth_threads(most_rows), 0, stream_of(stream)>>>(b, eps);
+    orth_batch_kernel<<<filled, policy::split_threads(most_rows), 0, stream_of(stream)>>>(b, eps);
     filled = 0;
     most_rows = 0;
     GRADCODEC_CUDA_LAUNCHED("powersgd orth_batch_kernel");

@@ -448,7 +448,13 @@ status agree_profile(communicator& comm, cost_profile& profile) {
   return {};
 }
 
-result<cost_profile> calibrate(communicator& comm, const calibrate_options& opt) {
+namespace {
+
+//! calibrate's steps on `comm`, the link measured by probe(p), which every rank calls at
+//! the same point and which fills p.link (and p.intra for a hierarchy).
+template <class Probe>
+result<cost_profile> calibrate_with(communicator& comm, const calibrate_options& opt,
+                                    Probe&& probe) {
   cost_profile p;
   // Every rank measures at the same time, as it will compute during training.
   if (status s = comm.barrier(); !s.ok()) return s;
@@ -456,9 +462,7 @@ result<cost_profile> calibrate(communicator& comm, const calibrate_options& opt)
   // A rank that failed still takes part in the collectives below; its failure travels in
   // the digest as a list no other rank has.
   if (compute.ok()) p.compute = std::move(compute.value());
-  auto link = probe_link(comm, opt);
-  if (!link.ok()) return link.error();
-  p.link = link.value();
+  if (status s = probe(p); !s.ok()) return s;
   if (status s = agree_profile(comm, p); !s.ok()) return compute.ok() ? s : compute.error();
   if (!compute.ok()) return compute.error();
   if (status s = measure_in_call(comm, opt, p); !s.ok()) return s;
@@ -466,46 +470,56 @@ result<cost_profile> calibrate(communicator& comm, const calibrate_options& opt)
   return p;
 }
 
+}  // namespace
+
+result<cost_profile> calibrate(communicator& comm, const calibrate_options& opt) {
+  return calibrate_with(comm, opt, [&](cost_profile& p) -> status {
+    auto link = probe_link(comm, opt);
+    if (!link.ok()) return link.error();
+    p.link = link.value();
+    return {};
+  });
+}
+
 result<cost_profile> calibrate(const hierarchy& h, const calibrate_options& opt) {
   if (h.world == nullptr || h.intra == nullptr || h.leader() != (h.inter != nullptr))
     return status{status_code::invalid_argument, "calibrate: inconsistent hierarchy"};
-  auto flat = calibrate(*h.world, opt);
-  if (!flat.ok()) return flat;
-  cost_profile p = std::move(flat.value());
-  auto intra = probe_link(*h.intra, opt);
-  if (!intra.ok()) return intra.error();
-  p.intra = intra.value();
-  // The leaders' link, as numbers the leader sends its node (the first says whether the
-  // probe succeeded, so no member waits for a leader that failed).
-  double numbers[9] = {};
-  if (h.leader()) {
-    auto inter = probe_link(*h.inter, opt);
-    if (inter.ok()) {
-      const link_profile& l = inter.value();
-      const double got[9] = {1,
-                             l.allgather.step_latency_s,
-                             l.allgather.bytes_per_s,
-                             l.alltoall.step_latency_s,
-                             l.alltoall.bytes_per_s,
-                             l.allreduce.step_latency_s,
-                             l.allreduce.bytes_per_s,
-                             l.overlap,
-                             l.burst_bytes};
-      std::copy(std::begin(got), std::end(got), numbers);
+  bool probed = false;
+  auto p = calibrate_with(*h.world, opt, [&](cost_profile& q) -> status {
+    auto intra = probe_link(*h.intra, opt);
+    if (!intra.ok()) return intra.error();
+    q.intra = intra.value();
+    // The leaders' link, as numbers each leader sends its node (the first says whether
+    // the probe succeeded, so no member waits for a leader that failed).
+    double numbers[9] = {};
+    if (h.leader()) {
+      if (auto inter = probe_link(*h.inter, opt); inter.ok()) {
+        const link_profile& l = inter.value();
+        const double got[9] = {1,
+                               l.allgather.step_latency_s,
+                               l.allgather.bytes_per_s,
+                               l.alltoall.step_latency_s,
+                               l.alltoall.bytes_per_s,
+                               l.allreduce.step_latency_s,
+                               l.allreduce.bytes_per_s,
+                               l.overlap,
+                               l.burst_bytes};
+        std::copy(std::begin(got), std::end(got), numbers);
+      }
     }
-  }
-  if (status s = h.intra->broadcast(numbers, sizeof numbers, 0); !s.ok()) return s;
-  const bool probed = numbers[0] == 1;
-  // A node whose leader failed takes part in the agreement without an intra-node link, so
-  // the other nodes' agreement fails too instead of waiting for it.
-  if (!probed) p.intra.reset();
-  p.link.allgather = {numbers[1], numbers[2]};
-  p.link.alltoall = {numbers[3], numbers[4]};
-  p.link.allreduce = {numbers[5], numbers[6]};
-  p.link.overlap = numbers[7];
-  p.link.burst_bytes = numbers[8];
-  if (status s = agree_profile(*h.world, p); !s.ok()) return s;
-  if (!probed)
+    if (status s = h.intra->broadcast(numbers, sizeof numbers, 0); !s.ok()) return s;
+    probed = numbers[0] == 1;
+    // A node whose leader failed takes part in the agreement without an intra-node link,
+    // so the other nodes' agreement fails too instead of waiting for it.
+    if (!probed) q.intra.reset();
+    q.link.allgather = {numbers[1], numbers[2]};
+    q.link.alltoall = {numbers[3], numbers[4]};
+    q.link.allreduce = {numbers[5], numbers[6]};
+    q.link.overlap = numbers[7];
+    q.link.burst_bytes = numbers[8];
+    return {};
+  });
+  if (p.ok() && !probed)
     return status{status_code::comm_error, "calibrate: the link probe among the leaders failed"};
   return p;
 }

@@ -293,16 +293,12 @@ result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, nod
   if (layout.nodes < 1 || layout.per_node < 1)
     return status{status_code::invalid_argument,
                   "cost model: a layout needs at least one node of at least one rank"};
-  // The leaders' call among themselves, less its own configuration check (the world's
-  // check replaces it).
+  // The leaders' call among themselves, its configuration check replaced by the world's.
   auto leaders = predict(c, n, layout.nodes, p);
   if (!leaders.ok()) return leaders;
   prediction out = leaders.value();
-  out.transfer_s -= ring_allreduce_seconds(p.link, layout.nodes, 64);
-  out.collectives -= 1;
-  const int world = layout.nodes * layout.per_node;
-  out.transfer_s += ring_allreduce_seconds(p.link, world, 64);
-  out.collectives += 1;
+  out.transfer_s += ring_allreduce_seconds(p.link, layout.nodes * layout.per_node, 64) -
+                    ring_allreduce_seconds(p.link, layout.nodes, 64);
   {  // the node level runs whatever its size and n (its blocks carry headers)
     const link_profile& l = *p.intra;
     const int w = layout.per_node;
@@ -312,8 +308,7 @@ result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, nod
     std::uint64_t to_others = 0;
     for (int d = 1; d < w; ++d) to_others += block_header + 4 * chunk_of(n, 1, w, d).len;
     const std::uint64_t own = chunk_of(n, 1, w, 0).len;
-    out.transfer_s += rounds(l.alltoall, peers, static_cast<double>(to_others)) +
-                      rounds(l.alltoall, peers, static_cast<double>(to_others));
+    out.transfer_s += 2 * rounds(l.alltoall, peers, static_cast<double>(to_others));
     out.compute_s += own == 0 ? 0 : static_cast<double>(w) * p.compute.copy.at(own);
     // The outcome word, then the result, broadcast from the leader (scatter, then ring
     // allgather: 2(w − 1)/w of the bytes from the root), and the store in the output.

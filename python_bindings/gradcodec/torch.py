@@ -236,6 +236,7 @@ class HookState:
         elif candidates is not None or profile is not None:
             raise ValueError("candidates and profile apply to spec='auto' only")
         self.codec = spec if isinstance(spec, _gc.Codec) else _gc.Codec(spec)
+        self.traits = self.codec.traits  # read per bucket and step: asked once
         self.process_group = process_group
         self.bounds = self.codec.bounds()
         self.error_feedback = self.bounds["feedback_safe"] if error_feedback is None \
@@ -249,7 +250,7 @@ class HookState:
         self.strategy = default_strategy(self.codec) if strategy is None else strategy
         _check_strategy(self.codec, self.strategy)
         self.backend = backend
-        self.per_tensor = not self.codec.traits["selects"] if per_tensor is None \
+        self.per_tensor = not self.traits["selects"] if per_tensor is None \
             else bool(per_tensor)
         self.compress_1d = (not self.per_tensor) if compress_1d is None else bool(compress_1d)
         self.min_numel = int(min_numel)
@@ -545,7 +546,7 @@ class _Step:
         """DGC's factor masking: zero the momentum where the sparsifier sent it (there the
         residual is exactly zero after the encode)."""
         u, e = self.new_momentum, self.b.residual
-        if u is None or not self.ef or not self.codec.traits["selects"]:
+        if u is None or not self.ef or not self.state.traits["selects"]:
             return
         for s in self.segs:
             if s.compressed:
@@ -693,7 +694,7 @@ def _allgather(ctx: _Step, x: torch.Tensor):
         offset += _align(size)
     ctx.mask_momentum()
     pg = ctx.pg
-    if codec.traits["size_from_data"]:  # the ranks' frames differ in size
+    if ctx.state.traits["size_from_data"]:  # the ranks' frames differ in size
         mine = torch.tensor(sizes, dtype=torch.int64, device=ctx.device)
         gathered = [torch.empty_like(mine) for _ in range(world)]
         dist.all_gather(gathered, mine, group=pg)

@@ -64,10 +64,11 @@ status agree_profile(communicator& comm, cost_profile& profile);
 //! profile, agreed again. ranks is set to comm.size().
 result<cost_profile> calibrate(communicator& comm, const calibrate_options& opt);
 
-//! Collective over h.world, for hierarchical calls (predict_hierarchical): calibrate over
-//! the world (codec costs and in-call factors), then the intra-node link by probe_link on
-//! every node and the link between the leaders by probe_link among them, which each
-//! leader broadcasts to its node; both agreed over the world like every number.
+//! Collective over h.world, for hierarchical calls (predict_hierarchical): calibrate's
+//! steps, with the link measured as two: the intra-node link by probe_link on every node,
+//! and the link between the leaders by probe_link among them, which each leader
+//! broadcasts to its node; both agreed over the world like every number. The in-call
+//! factors come from flat calls over the world, against the leaders' link.
 result<cost_profile> calibrate(const hierarchy& h, const calibrate_options& opt);
 
 //! The profile as JSON (format "gradcodec-cost-profile", version 1; every number printed
