@@ -17,9 +17,12 @@
 #include <type_traits>
 
 #include "contract/backend.hpp"
+#include "contract/block_scaled.hpp"
 #include "contract/powersgd_kernels.hpp"
 #include "contract/scalar_values.hpp"
 #include "contract/vote_kernels.hpp"
+#include "gradcodec/blocks/bitstream.hpp"
+#include "gradcodec/blocks/block_scaled.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/layout.hpp"

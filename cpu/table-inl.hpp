@@ -11,6 +11,7 @@
 #include "kernels/staged-inl.hpp"
 
 #include "kernels/bitpack-inl.hpp"
+#include "kernels/block_scaled-inl.hpp"
 #include "kernels/cast-inl.hpp"
 #include "kernels/philox-inl.hpp"
 #include "kernels/powersgd-inl.hpp"
@@ -23,6 +24,8 @@
 const detail::backend_table* table() noexcept {
   // A codec without an entry here runs on the reference backend under backend::automatic
   // and reports backend_unavailable under backend::cpu.
+  constexpr detail::codec_ops block_scaled{block_scaled_workspace, block_scaled_encode,
+                                           block_scaled_decode, nullptr};
   static const detail::backend_table t{
       GRADCODEC_CPU_NAME,
       {
@@ -38,6 +41,12 @@ const detail::backend_table* table() noexcept {
           {cast_workspace, cast_encode, cast_decode, cast_encode_feedback},
           {cast_workspace, cast_encode, cast_decode, cast_encode_feedback},
           {powersgd_workspace, powersgd_encode, powersgd_decode, powersgd_encode_feedback},
+          block_scaled,
+          block_scaled,
+          block_scaled,
+          block_scaled,
+          block_scaled,
+          block_scaled,
       }};
   return &t;
 }

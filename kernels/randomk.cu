@@ -60,7 +60,7 @@ __global__ void randomk_encode_kernel(randomk_shape f, const void* in, dtype in_
     sent_residual[j] = blocks::fsub_nan_first(v, sent);
   }
   if (bad) atomicOr(&st->nonfinite, 1u);
-  if (thread_index() == 0) blocks::randomk_put_key(f.rng, payload + f.layout.key_offset);
+  if (thread_index() == 0) blocks::write_rng_key(f.rng, payload + f.layout.key_offset);
 }
 
 //! residual[i] = p - 0 with p = in + residual: the residual of every element not sent.
@@ -86,7 +86,7 @@ __global__ void randomk_decode_kernel(std::uint64_t n, std::uint64_t k, dtype wi
                                       const std::uint8_t* payload, blocks::randomk_layout layout,
                                       decode_target out) {
   if (out.closed()) return;
-  const blocks::counter_rng rng = blocks::randomk_get_key(payload + layout.key_offset);
+  const blocks::counter_rng rng = blocks::read_rng_key(payload + layout.key_offset);
   const std::uint8_t* values = payload + layout.values_offset;
   for (std::uint64_t j = thread_index(); j < k; j += thread_stride())
     out.emit(blocks::randomk_stratum_of(rng, j, n, k).index, get_wire(values, wire, j));

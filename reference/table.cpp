@@ -8,6 +8,8 @@ namespace gradcodec::detail {
 namespace ref = gradcodec::reference;
 
 const backend_table& reference_backend() noexcept {
+  constexpr codec_ops block_scaled{ref::block_scaled_workspace, ref::block_scaled_encode,
+                                   ref::block_scaled_decode, nullptr};
   static const backend_table table{
       "reference",
       {
@@ -23,6 +25,12 @@ const backend_table& reference_backend() noexcept {
           {ref::cast_workspace, ref::cast_encode, ref::cast_decode, nullptr},
           {ref::cast_workspace, ref::cast_encode, ref::cast_decode, nullptr},
           {ref::powersgd_workspace, ref::powersgd_encode, ref::powersgd_decode, nullptr},
+          block_scaled,
+          block_scaled,
+          block_scaled,
+          block_scaled,
+          block_scaled,
+          block_scaled,
       }};
   return table;
 }

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "gradcodec/blocks/block_scaled.hpp"
+
 namespace gradcodec {
 namespace {
 
@@ -44,6 +46,58 @@ codec_bounds quantizer(bool unbiased, double variance, double max_relative,
   b.max_relative = max_relative;
   b.reason = reason;
   return finish(b);
+}
+
+//! Block-scaled codecs (docs/codecs.md, "Error bounds"): per element of a block with
+//! largest |w| = A, |error| <= kappa |w| + alpha A, kappa the relative rounding of the
+//! element's binade (or the saturation at the top), alpha A the rounding of the element
+//! format's subnormals. Over a block of B elements that gives the l2 bound
+//! (kappa + alpha sqrt(B))^2, and the infinity norm at most the top binade's step (or the
+//! saturation). A rotation of one piece (B a power of two up to 256) keeps the l2 bound
+//! (H / sqrt(m) is orthogonal) and multiplies the infinity bound by up to m.
+codec_bounds block_scaled_bounds(const codec_spec& s, std::uint64_t n) {
+  const blocks::minifloat f = blocks::minifloat_of(s.fmt);
+  const bool stochastic = s.rounding == rounding_mode::stochastic;
+  const double step = stochastic ? 1.0 : 0.5;  // of a quantum
+  const double largest = blocks::max_element(f);
+  const double top = f.integer ? 1.0 : std::ldexp(1.0, f.emax);  // smallest |r| of the top binade
+  const double min_quantum = f.integer ? 1.0 / 64 : std::ldexp(1.0, f.emin() - int(f.mantissa));
+  double kappa = f.integer ? 0.0 : step * std::ldexp(1.0, -int(f.mantissa));
+  double alpha = step * min_quantum / top;  // the block max's |r| is at least `top`
+  double sat = 0,
+         top_step = step * (f.integer ? 1.0 / 64 : std::ldexp(1.0, f.emax - int(f.mantissa))) / top;
+  if (s.id == codec_id::fp8row) {
+    // r = w / (A / largest): the block max maps to `largest` (to f32 rounding).
+    alpha = step * min_quantum / largest;
+    top_step = step * std::ldexp(1.0, f.emax - int(f.mantissa)) / largest;
+    sat = 0x1p-20;
+  } else if (s.id == codec_id::nvfp4) {
+    // The E4M3 block scale is within 1/16 of A / 6 / g, so the block max maps to
+    // 6 (1 +- 1/16): 1/16 of it may saturate, and a step of the top binade is 1/(6 * 15/16).
+    const double lo = 6.0 * 15 / 16;
+    alpha = step * min_quantum / lo;
+    top_step = step * 2 / lo;
+    sat = 1.0 / 16;
+  } else {
+    sat = (2 * top - largest) / largest;  // OCP's floor rule: up to 2 top maps into `largest`
+  }
+  kappa = std::max(kappa, sat);
+  const double B = group_of(s, n);
+  const double l2 = kappa + alpha * std::sqrt(B);
+  double max_rel = std::max(top_step, sat);
+  double variance = l2 * l2;
+  if (s.rotate) {
+    const double piece = blocks::rotation_piece(static_cast<std::uint64_t>(B));
+    max_rel *= piece;
+    if (piece != B) variance = inf;  // several pieces share one scale: no bound derived
+  }
+  codec_bounds b = quantizer(false, variance, max_rel,
+                             s.rotate ? "rotated: the l2 bound of the block's element rounding; "
+                                        "an element may take a piece's whole error"
+                                      : "each element within its binade's step (or the "
+                                        "saturation) of the block maximum");
+  b.max_absolute = 0x1p-100;  // scales clamped at 2^-127, subnormal decodes
+  return b;
 }
 
 }  // namespace
@@ -175,6 +229,8 @@ codec_bounds bounds(const codec_spec& s, std::uint64_t n) noexcept {
                      : "relative rounding 2^-8 plus 2^-134 absolute";
       return finish(b);
     }
+    GRADCODEC_CASE_BLOCK_SCALED:
+      return block_scaled_bounds(s, n);
     case codec_id::powersgd: {
       // P P^T M with orthonormal P: an orthogonal projection, never larger than M, but no
       // share of ||M||^2 is guaranteed when P misses M's column space.

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "contract/backend.hpp"
+#include "contract/block_scaled.hpp"
 #include "gradcodec/blocks/expected_header.hpp"
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/fmath.hpp"
@@ -246,6 +247,8 @@ status check_disjoint(const void* a, std::uint64_t an, std::string_view a_name, 
 status check_encode_args(const codec_spec& spec, const_tensor_view in, mutable_bytes out) {
   if (auto st = validate(spec); !st.ok()) return st;
   if (auto st = check_view(in, "input"); !st.ok()) return st;
+  if (detail::block_scaled_group(spec, in.n, in.rows) > detail::max_block_scaled_group)
+    return invalid("input: fp8row rows longer than 2^24 elements");
   if (out.size() < header_bytes)
     return {status_code::output_too_small, "output smaller than the 48-byte header"};
   if (auto st =
@@ -335,7 +338,13 @@ std::uint64_t encode_bound(const codec_spec& spec, std::uint64_t n, dtype type,
     case codec_id::onebit: payload = bucket_layout_of(n, spec.bucket, 2, 1).total; break;
     case codec_id::sign: payload = bucket_layout_of(n, spec.bucket, 1, 1).total; break;
     case codec_id::fp16:
-    case codec_id::bf16: payload = cast_payload_bytes(n); break;
+    case codec_id::bf16:
+      payload = cast_payload_bytes(n);
+      break;
+    GRADCODEC_CASE_BLOCK_SCALED:
+      payload = layout_of(detail::block_rule_of(spec), n, detail::block_scaled_group(spec, n, rows))
+                    .total;
+      break;
     case codec_id::powersgd: {
       const std::uint64_t dense = align16(n * 4);
       if (n == 0) {
@@ -372,8 +381,12 @@ codec_spec spec_of(const frame_header& h) noexcept {
     s.norm = (h.mode & mode_norm_max) ? norm_kind::max : norm_kind::l2;
   }
   if (h.codec == codec_id::minmax) s.bits = h.level;
-  if (h.codec == codec_id::qsgd || h.codec == codec_id::minmax)
+  if (h.codec == codec_id::qsgd || h.codec == codec_id::minmax || blocks::block_scaled(h.codec))
     s.rounding = (h.mode & mode_stochastic) ? rounding_mode::stochastic : rounding_mode::nearest;
+  if (blocks::block_scaled(h.codec)) {
+    s.fmt = static_cast<element_format>(h.level);
+    s.rotate = (h.mode & mode_rotate) != 0;
+  }
   if (h.group > 0 && h.codec != codec_id::powersgd) s.bucket = h.group;
   if (h.codec == codec_id::terngrad) s.clip = h.param;
   if (h.codec == codec_id::sign)

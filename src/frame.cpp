@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "gradcodec/blocks/block_scaled.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
 #include "gradcodec/blocks/header.hpp"
 #include "gradcodec/blocks/layout.hpp"
@@ -70,7 +71,8 @@ result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {
   // Fields a codec does not use must be zero; the ones it uses must be in range.
   const bool uses_count = traits.selects || traits.matrix;
   const bool uses_group = traits.bucketed || traits.matrix;
-  const bool uses_level = h.codec == codec_id::qsgd || h.codec == codec_id::minmax;
+  const bool scaled_blocks = block_scaled(h.codec);
+  const bool uses_level = h.codec == codec_id::qsgd || h.codec == codec_id::minmax || scaled_blocks;
   const bool uses_param = h.codec == codec_id::threshold || h.codec == codec_id::dgc ||
                           h.codec == codec_id::terngrad || h.codec == codec_id::powersgd;
   std::uint8_t modes = 0;
@@ -78,6 +80,7 @@ result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {
   if (h.codec == codec_id::minmax) modes = mode_stochastic;
   if (h.codec == codec_id::sign) modes = mode_scale_mask;
   if (h.codec == codec_id::randomk) modes = mode_unbiased;
+  if (scaled_blocks) modes = mode_stochastic | mode_rotate;
   if (!uses_count && h.count != 0) return corrupt("count must be zero for this codec");
   if (!uses_group && h.group != 0) return corrupt("group must be zero for this codec");
   if (!uses_level && h.level != 0) return corrupt("level must be zero for this codec");
@@ -113,7 +116,13 @@ result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {
     case codec_id::onebit: return bucket_layout_of(h.n, h.group, 2, 1).total;
     case codec_id::sign: return bucket_layout_of(h.n, h.group, 1, 1).total;
     case codec_id::fp16:
-    case codec_id::bf16: return cast_payload_bytes(h.n);
+    case codec_id::bf16:
+      return cast_payload_bytes(h.n);
+    GRADCODEC_CASE_BLOCK_SCALED : {
+      const auto fmt = static_cast<element_format>(h.level);
+      if (!element_allowed(h.codec, fmt)) return corrupt("element format not of this codec");
+      return layout_of(block_rule_of(h.codec, fmt, h.mode), h.n, h.group).total;
+    }
     case codec_id::powersgd: {
       if (h.n == 0) {
         if (h.count != 0 || h.group != 0) return corrupt("empty powersgd frame with a shape");

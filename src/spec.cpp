@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <string>
 
+#include "gradcodec/blocks/block_scaled.hpp"
+
 namespace gradcodec {
 namespace {
 
@@ -62,6 +64,25 @@ constexpr std::array powersgd_params{
     param_info{"min_rate", "2", ">= 0", "compress only if rows*cols > min_rate*(rows+cols)*r"},
     p_nonfinite};
 
+constexpr param_info p_rounding{"rounding", "nearest", "nearest|stochastic",
+                                "element rounding (ties to even, or stochastic)"};
+constexpr param_info p_rotate{"rotate", "0", "0|1",
+                              "randomized Hadamard rotation of each block before quantizing"};
+constexpr param_info p_mx_block{"block", "32", "1..16777216", "elements per E8M0 scale"};
+constexpr std::array mxfp8_params{param_info{"fmt", "e4m3", "e4m3|e5m2", "FP8 element format"},
+                                  p_mx_block, p_rounding, p_rotate, p_nonfinite};
+constexpr std::array mxfp6_params{param_info{"fmt", "e3m2", "e3m2|e2m3", "FP6 element format"},
+                                  p_mx_block, p_rounding, p_rotate, p_nonfinite};
+constexpr std::array mx_single_params{p_mx_block, p_rounding, p_rotate, p_nonfinite};
+constexpr std::array nvfp4_params{
+    param_info{"block", "16", "1..16777216", "elements per E4M3 scale"}, p_rounding, p_rotate,
+    p_nonfinite};
+constexpr std::array fp8row_params{
+    param_info{"fmt", "e4m3", "e4m3|e5m2", "FP8 element format"},
+    param_info{"block", "4096", "1..16777216",
+               "row length of a flat tensor (a matrix's rows are its own)"},
+    p_rounding, p_rotate, p_nonfinite};
+
 constexpr std::array<codec_info, codec_count> codec_table{{
     {codec_id::topk, "topk", "exact top-k by magnitude, ties to the lower index",
      "64*k/n (u32 indices)", false, topk_params},
@@ -85,6 +106,18 @@ constexpr std::array<codec_info, codec_count> codec_table{{
     {codec_id::bf16, "bf16", "bfloat16 cast, round to nearest even", "16", false, cast_params},
     {codec_id::powersgd, "powersgd", "PowerSGD rank-r low-rank approximation", "32*r*(rows+cols)/n",
      false, powersgd_params},
+    {codec_id::mxfp8, "mxfp8", "OCP MXFP8: FP8 elements, E8M0 scale per block", "8 + 8/block",
+     false, mxfp8_params},
+    {codec_id::mxfp6, "mxfp6", "OCP MXFP6: FP6 elements, E8M0 scale per block", "6 + 8/block",
+     false, mxfp6_params},
+    {codec_id::mxfp4, "mxfp4", "OCP MXFP4: E2M1 elements, E8M0 scale per block", "4 + 8/block",
+     false, mx_single_params},
+    {codec_id::mxint8, "mxint8", "OCP MXINT8: 8-bit integers, E8M0 scale per block", "8 + 8/block",
+     false, mx_single_params},
+    {codec_id::nvfp4, "nvfp4", "NVFP4: E2M1 elements, E4M3 scale per block, f32 per tensor",
+     "4 + 8/block", false, nvfp4_params},
+    {codec_id::fp8row, "fp8row", "row-wise FP8: f32 scale per row", "8 + 32/row", false,
+     fp8row_params},
 }};
 
 bool has_key(codec_id id, std::string_view key) {
@@ -144,6 +177,25 @@ status set_param(codec_spec& spec, std::string_view key, std::string_view value)
      : key == "bucket" ? spec.bucket
      : key == "bits"   ? spec.bits
                        : spec.rank) = static_cast<std::uint32_t>(u);
+  } else if (key == "block") {
+    if (!parse_number(value, u) || u > 0xFFFFFFFFu) return bad();
+    spec.bucket = static_cast<std::uint32_t>(u);
+  } else if (key == "rotate") {
+    if (value == "1" || value == "true")
+      spec.rotate = true;
+    else if (value == "0" || value == "false")
+      spec.rotate = false;
+    else
+      return bad();
+  } else if (key == "fmt") {
+    bool known = false;
+    for (const auto f : {element_format::e4m3, element_format::e5m2, element_format::e3m2,
+                         element_format::e2m3, element_format::e2m1, element_format::int8})
+      if (value == element_format_name(f)) {
+        spec.fmt = f;
+        known = true;
+      }
+    if (!known) return bad();
   } else if (key == "rounding") {
     if (value == "nearest")
       spec.rounding = rounding_mode::nearest;
@@ -233,9 +285,36 @@ codec_spec make_spec(codec_id id) noexcept {
       s.bucket = 128;
       s.scale = scale_kind::l2;
       break;
+    case codec_id::mxfp8:
+    case codec_id::mxfp6:
+    case codec_id::mxfp4:
+    case codec_id::mxint8:
+      s.bucket = 32;
+      s.fmt = id == codec_id::mxfp6    ? element_format::e3m2
+              : id == codec_id::mxfp4  ? element_format::e2m1
+              : id == codec_id::mxint8 ? element_format::int8
+                                       : element_format::e4m3;
+      break;
+    case codec_id::nvfp4:
+      s.bucket = 16;
+      s.fmt = element_format::e2m1;
+      break;
+    case codec_id::fp8row: s.bucket = 4096; break;
     default: break;
   }
   return s;
+}
+
+std::string_view element_format_name(element_format f) noexcept {
+  switch (f) {
+    case element_format::e4m3: return "e4m3";
+    case element_format::e5m2: return "e5m2";
+    case element_format::e3m2: return "e3m2";
+    case element_format::e2m3: return "e2m3";
+    case element_format::e2m1: return "e2m1";
+    case element_format::int8: return "int8";
+  }
+  return "?";
 }
 
 std::uint64_t sparse_count(const codec_spec& s, std::uint64_t n) noexcept {
@@ -281,6 +360,12 @@ status validate(const codec_spec& s) {
         return range("min_rate", "[0, FLT_MAX]");
       break;
     default: break;
+  }
+  if (blocks::block_scaled(s.id)) {
+    if (!blocks::element_allowed(s.id, s.fmt))
+      return spec_error(std::string(name).append(": fmt ").append(element_format_name(s.fmt)),
+                        " is not one of its element formats");
+    if (s.bucket < 1 || s.bucket > (1u << 24)) return range("block", "1..16777216");
   }
   if (has_key(s.id, "bucket") && (s.bucket < 1 || s.bucket > (1u << 24)))
     return range("bucket", "1..16777216");
@@ -363,6 +448,12 @@ std::string to_string(const codec_spec& s) {
       add("rank", std::to_string(s.rank));
       add("eps", format_float(s.eps));
       add("min_rate", format_float(s.min_rate));
+      break;
+    GRADCODEC_CASE_BLOCK_SCALED:
+      if (has_key(s.id, "fmt")) add("fmt", std::string(element_format_name(s.fmt)));
+      add("block", std::to_string(s.bucket));
+      add("rounding", s.rounding == rounding_mode::nearest ? "nearest" : "stochastic");
+      add("rotate", s.rotate ? "1" : "0");
       break;
     default: break;
   }

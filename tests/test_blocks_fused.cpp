@@ -169,7 +169,7 @@ TEST(BlocksFused, RandomkStrataWriteTheLibraryFrame) {
       std::vector<std::byte> got(gc::header_bytes + l.total, std::byte{0});
       auto* payload = reinterpret_cast<std::uint8_t*>(got.data() + gc::header_bytes);
       const auto rng = gc::blocks::counter_rng::make(ctx.seed, ctx.step, ctx.tensor_id);
-      gc::blocks::randomk_put_key(rng, payload + l.key_offset);
+      gc::blocks::write_rng_key(rng, payload + l.key_offset);
       bool nonfinite = false;
       for (std::uint64_t j = 0; j < k; ++j) {  // any order: strata are independent
         const auto st = gc::blocks::randomk_stratum_of(rng, j, n, k);
@@ -188,7 +188,7 @@ TEST(BlocksFused, RandomkStrataWriteTheLibraryFrame) {
       gc::write_header(h, got.data());
       ASSERT_EQ(got.size(), expected.size());
       ASSERT_EQ(std::memcmp(got.data(), expected.data(), got.size()), 0);
-      const auto back = gc::blocks::randomk_get_key(payload + l.key_offset);
+      const auto back = gc::blocks::read_rng_key(payload + l.key_offset);
       EXPECT_EQ(back.key.k0, rng.key.k0);
       EXPECT_EQ(back.key.k1, rng.key.k1);
       EXPECT_EQ(back.step_lo, rng.step_lo);

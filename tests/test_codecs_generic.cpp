@@ -317,9 +317,11 @@ TEST(CodecTraits, MatchWhatTheFramesShow) {
     EXPECT_EQ(t.indexed, t.selects && h.payload_bytes >= 8 * h.count);
     EXPECT_EQ(t.size_from_data, a.size() != b.size());
     bool has_bucket = false;
-    for (const gc::param_info& p : c.params) has_bucket = has_bucket || p.key == "bucket";
+    for (const gc::param_info& p : c.params)
+      has_bucket = has_bucket || p.key == "bucket" || p.key == "block";
     EXPECT_EQ(t.bucketed, has_bucket);
-    EXPECT_EQ(t.matrix, encode(big, 241) != a);
+    EXPECT_EQ(t.by_rows, encode(big, 241) != a);
+    EXPECT_EQ(t.matrix, t.by_rows && h.count == 17);
     // What the names promise of each other.
     EXPECT_TRUE(!t.size_from_data || t.count_from_data);
     EXPECT_TRUE(!(t.count_from_data || t.indexed) || t.selects);

@@ -62,6 +62,11 @@ std::vector<std::string> all_specs(float tau) {
       {codec_id::terngrad, {"terngrad:clip=2.5"}},
       {codec_id::minmax, {"minmax:bits=8", "minmax:bits=2"}},
       {codec_id::sign, {"sign:scale=mean", "sign:scale=l2"}},
+      {codec_id::mxfp8, {"mxfp8:fmt=e5m2", "mxfp8:rotate=1"}},
+      {codec_id::mxfp6, {"mxfp6:fmt=e2m3"}},
+      {codec_id::mxfp4, {"mxfp4:rotate=1", "mxfp4:rotate=1,rounding=stochastic"}},
+      {codec_id::nvfp4, {"nvfp4:rotate=1"}},
+      {codec_id::fp8row, {"fp8row:fmt=e5m2"}},
   };
   std::vector<std::string> out;
   for (const auto& c : all_codecs()) {

@@ -10,6 +10,7 @@
 #include "codec_calls.hpp"
 #include "commands.hpp"
 #include "gcdc_file.hpp"
+#include "gradcodec/blocks/block_scaled.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
 #include "text.hpp"
 
@@ -29,6 +30,8 @@ std::string count_meaning(codec_id c) {
 }
 
 std::string group_meaning(codec_id c) {
+  if (c == codec_id::fp8row) return "row length";
+  if (blocks::block_scaled(c)) return "block";
   if (blocks::traits_of(c).bucketed) return "bucket";
   if (blocks::traits_of(c).matrix) return "rank, 0 = sent dense";
   return "unused";
@@ -37,6 +40,8 @@ std::string group_meaning(codec_id c) {
 std::string level_meaning(codec_id c) {
   if (c == codec_id::qsgd) return "levels";
   if (c == codec_id::minmax) return "bits";
+  if (blocks::block_scaled(c))
+    return "element format (1 e4m3, 2 e5m2, 3 e3m2, 4 e2m3, 5 e2m1, 6 int8)";
   return "unused";
 }
 
@@ -60,8 +65,9 @@ std::string flag_names(std::uint8_t flags) {
 std::string mode_names(codec_id c, std::uint8_t mode) {
   std::string s;
   const auto add = [&](const std::string& name) { s += (s.empty() ? "" : ",") + name; };
-  if ((c == codec_id::qsgd || c == codec_id::minmax))
+  if (c == codec_id::qsgd || c == codec_id::minmax || blocks::block_scaled(c))
     add(mode & mode_stochastic ? "stochastic" : "nearest");
+  if (blocks::block_scaled(c)) add(mode & mode_rotate ? "rotated" : "not rotated");
   if (c == codec_id::qsgd) add(mode & mode_norm_max ? "norm_max" : "norm_l2");
   if (c == codec_id::sign) {
     const auto k = (mode & mode_scale_mask) >> mode_scale_shift;

@@ -38,7 +38,10 @@ strategy_set supported_strategies(codec_id id) noexcept {
     case codec_id::qsgd:
     case codec_id::terngrad:
     case codec_id::minmax:
-    case codec_id::onebit: s.add(strategy::two_phase); break;
+    case codec_id::onebit:
+    GRADCODEC_CASE_BLOCK_SCALED:
+      s.add(strategy::two_phase);
+      break;
     case codec_id::sign: s.add(strategy::two_phase).add(strategy::majority_vote); break;
     case codec_id::randomk:
     case codec_id::fp16:

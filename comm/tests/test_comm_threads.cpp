@@ -11,6 +11,7 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "comm_test_util.hpp"
@@ -838,6 +839,37 @@ TEST(Allreduce, ReportsPhaseTimesAndTraffic) {
     return sane ? status{} : status{status_code::internal_error, "phase_times"};
   });
   EXPECT_TRUE(all_ok(st)) << messages(st);
+}
+
+// Issue 28's byte target: two-phase MXFP8 sends at most 0.52 of a ring f32 allreduce's
+// bytes at 4 ranks (2 (W - 1) / W * 4n per rank), counted by the communicator; every
+// block-scaled codec sends less than the ring.
+TEST(Allreduce, TwoPhaseBlockScaledSendsAFractionOfARing) {
+  constexpr std::uint64_t n = std::uint64_t{1} << 16;
+  constexpr int world = 4;
+  const double ring = 2.0 * (world - 1) / world * 4.0 * n;
+  for (const char* spec : {"mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4", "fp8row",
+                           "mxfp4:rotate=1,rounding=stochastic"}) {
+    std::vector<std::uint64_t> sent(world);
+    auto st = gcc::run_threads(world, [&](gcc::communicator& c) -> status {
+      auto cfg = config(spec, gcc::strategy::two_phase);
+      gcc::allreduce_state state;
+      gcc::workspace ws;
+      gcc::phase_times t;
+      auto g = make_grad(n, c.rank(), 0, 1.0f);
+      if (auto s = gcc::allreduce(c, cfg, {1, 0, 0}, gc::view(std::as_const(g)), gc::view(g), state,
+                                  ws, &t);
+          !s.ok())
+        return s;
+      sent[static_cast<std::size_t>(c.rank())] = t.bytes_sent;
+      return {};
+    });
+    ASSERT_TRUE(all_ok(st)) << spec << ": " << messages(st);
+    for (int r = 0; r < world; ++r) {
+      const double share = static_cast<double>(sent[static_cast<std::size_t>(r)]) / ring;
+      EXPECT_LT(share, std::string_view(spec) == "mxfp8" ? 0.52 : 1.0) << spec << " rank " << r;
+    }
+  }
 }
 
 }  // namespace

@@ -28,12 +28,36 @@ enum class codec_id : std::uint8_t {
   fp16 = 10,
   bf16 = 11,
   powersgd = 12,
+  mxfp8 = 13,
+  mxfp6 = 14,
+  mxfp4 = 15,
+  mxint8 = 16,
+  nvfp4 = 17,
+  fp8row = 18,
 };
-inline constexpr int codec_count = 12;
+inline constexpr int codec_count = 18;
+
+//! The case labels of the block-scaled codecs, for switches over codec_id (one list).
+#define GRADCODEC_CASE_BLOCK_SCALED   \
+  case ::gradcodec::codec_id::mxfp8:  \
+  case ::gradcodec::codec_id::mxfp6:  \
+  case ::gradcodec::codec_id::mxfp4:  \
+  case ::gradcodec::codec_id::mxint8: \
+  case ::gradcodec::codec_id::nvfp4:  \
+  case ::gradcodec::codec_id::fp8row
 
 enum class rounding_mode : std::uint8_t { nearest = 0, stochastic = 1 };
 enum class norm_kind : std::uint8_t { l2 = 0, max = 1 };
 enum class scale_kind : std::uint8_t { none = 0, mean = 1, l2 = 2 };
+//! The element formats of the block-scaled codecs; wire values (the header's level).
+enum class element_format : std::uint8_t {
+  e4m3 = 1,
+  e5m2 = 2,
+  e3m2 = 3,
+  e2m3 = 4,
+  e2m1 = 5,
+  int8 = 6
+};
 
 inline constexpr std::uint32_t frame_magic = 0x43444347u;  //!< bytes "GCDC"
 inline constexpr std::uint8_t format_version = 1;
@@ -47,11 +71,12 @@ enum frame_flags : std::uint8_t {
 
 //! Mode byte bits (meaning per codec, see docs/format.md); every other bit must be zero.
 enum frame_mode : std::uint8_t {
-  mode_stochastic = 1u << 0,  //!< qsgd/minmax: stochastic rounding
+  mode_stochastic = 1u << 0,  //!< qsgd/minmax/block-scaled: stochastic rounding
   mode_norm_max = 1u << 1,    //!< qsgd: max norm instead of L2
   mode_scale_shift = 2,       //!< sign: scale kind in bits 2..3
   mode_scale_mask = 3u << 2,
   mode_unbiased = 1u << 4,  //!< randomk: values scaled by stratum size
+  mode_rotate = 1u << 5,    //!< block-scaled codecs: randomized Hadamard rotation
 };
 
 //! The decoded header.
@@ -63,8 +88,8 @@ struct frame_header {
   std::uint64_t n = 0;  //!< element count
   std::uint64_t payload_bytes = 0;
   std::uint64_t count = 0;  //!< sparse: items sent; powersgd: rows
-  std::uint32_t group = 0;  //!< bucket size; powersgd: rank
-  std::uint16_t level = 0;  //!< qsgd: levels; minmax: bits
+  std::uint32_t group = 0;  //!< bucket size (block-scaled: block or row); powersgd: rank
+  std::uint16_t level = 0;  //!< qsgd: levels; minmax: bits; block-scaled: element_format
   std::uint8_t mode = 0;
   float param = 0.0f;  //!< threshold: tau; dgc: sample; terngrad: clip; powersgd: eps
 

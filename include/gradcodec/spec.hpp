@@ -30,11 +30,14 @@ struct codec_spec {
   float tau = 1e-3f;           //!< threshold: keep |x| >= tau
   std::uint64_t cap = 0;       //!< threshold: keep at most cap (the largest); 0 = no cap
   std::uint32_t levels = 7;    //!< qsgd: s levels per sign
-  std::uint32_t bucket = 512;  //!< qsgd/terngrad/minmax/onebit/sign: elements per scale group
+  std::uint32_t bucket = 512;  //!< qsgd/terngrad/minmax/onebit/sign: elements per scale group;
+                               //!< block-scaled codecs: the block (key "block")
   std::uint32_t bits = 4;      //!< minmax: bits per element, 1..8
-  rounding_mode rounding = rounding_mode::nearest;  //!< qsgd/minmax
-  norm_kind norm = norm_kind::l2;                   //!< qsgd
-  float clip = 0.0f;                    //!< terngrad: clip at clip*sigma of the bucket; 0 = off
+  rounding_mode rounding = rounding_mode::nearest;  //!< qsgd/minmax/block-scaled
+  element_format fmt = element_format::e4m3;        //!< block-scaled: the element format
+  bool rotate = false;             //!< block-scaled: randomized Hadamard rotation of each block
+  norm_kind norm = norm_kind::l2;  //!< qsgd
+  float clip = 0.0f;               //!< terngrad: clip at clip*sigma of the bucket; 0 = off
   scale_kind scale = scale_kind::none;  //!< sign: none (signSGD), mean |x|, or ||x||2/sqrt(n)
   std::uint32_t rank = 4;               //!< powersgd: rank r
   float eps = 1e-8f;                    //!< powersgd: Gram-Schmidt epsilon
@@ -61,6 +64,8 @@ status validate(const codec_spec& spec);
 std::string to_string(const codec_spec& spec);
 
 std::string_view codec_name(codec_id id) noexcept;
+//! "e4m3", "e5m2", "e3m2", "e2m3", "e2m1" or "int8".
+std::string_view element_format_name(element_format f) noexcept;
 result<codec_id> codec_from_name(std::string_view name);
 
 //! One documented parameter of a codec, for `gradcodec list` and the bindings.

@@ -75,6 +75,10 @@ class NonFiniteGradient(Error):
     """A bucket's gradient held NaN or Inf on some rank (raised on every rank)."""
 
 
+#: The block-scaled codecs (docs/codecs.md "Block-scaled codecs").
+BLOCK_SCALED = ("mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4", "fp8row")
+
+
 def default_strategy(codec: _gc.Codec) -> str:
     """The strategy HookState uses for a codec when none is given."""
     if codec.name in ("fp16", "bf16", "randomk"):
@@ -83,6 +87,10 @@ def default_strategy(codec: _gc.Codec) -> str:
         return "powersgd"
     if codec.name == "sign" and codec.params["scale"] == "none":
         return "vote"
+    if codec.name in BLOCK_SCALED:
+        # Reduce-scatter, f32 sum, requantize, all-gather: the bytes of two quantized
+        # passes whatever the world size, the path FP8 collectives take elsewhere.
+        return "two_phase"
     return "allgather"
 
 

@@ -5,11 +5,13 @@
 //! the majority vote, codec and backend queries. Arrays are never copied: numpy arrays
 //! through the buffer protocol, torch tensors and others through DLPack.
 
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "common.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
+#include "gradcodec/blocks/minifloat.hpp"
 
 namespace gradcodec::python {
 namespace {
@@ -238,7 +240,12 @@ nb::object param_value(const codec_spec& s, std::string_view key) {
   if (key == "tau") return nb::float_(static_cast<double>(s.tau));
   if (key == "cap") return nb::int_(s.cap);
   if (key == "levels") return nb::int_(s.levels);
-  if (key == "bucket") return nb::int_(s.bucket);
+  if (key == "bucket" || key == "block") return nb::int_(s.bucket);
+  if (key == "fmt") {
+    const std::string_view f = element_format_name(s.fmt);
+    return nb::str(f.data(), f.size());
+  }
+  if (key == "rotate") return nb::bool_(s.rotate);
   if (key == "bits") return nb::int_(s.bits);
   if (key == "rounding") return nb::str(rounding_name(s.rounding));
   if (key == "norm") return nb::str(s.norm == norm_kind::l2 ? "l2" : "max");
@@ -334,6 +341,13 @@ nb::dict header_dict(const frame_header& h) {
 
 }  // namespace
 
+element_format element_format_arg(const std::string& name) {
+  for (const auto f : {element_format::e4m3, element_format::e5m2, element_format::e3m2,
+                       element_format::e2m3, element_format::e2m1, element_format::int8})
+    if (name == element_format_name(f)) return f;
+  throw nb::value_error("unknown element format (e4m3, e5m2, e3m2, e2m3, e2m1, int8)");
+}
+
 void register_codec(nb::module_& m) {
   nb::enum_<status_code>(m, "StatusCode", nb::is_arithmetic(),
                          "The library's status codes (stable numbers; gradcodec.Error.code).")
@@ -386,10 +400,11 @@ void register_codec(nb::module_& m) {
             d["size_from_data"] = t.size_from_data;
             d["bucketed"] = t.bucketed;
             d["matrix"] = t.matrix;
+            d["by_rows"] = t.by_rows;
             return d;
           },
           "What the layers ask of the codec (gradcodec/blocks/codec_traits.hpp): selects, "
-          "indexed, count_from_data, size_from_data, bucketed, matrix.")
+          "indexed, count_from_data, size_from_data, bucketed, matrix, by_rows.")
       .def_prop_ro(
           "info", [](const codec_spec& s) { return info_dict(info(s.id)); },
           "Summary, bits per element, bias and parameter documentation of the codec.")
@@ -556,6 +571,52 @@ void register_codec(nb::module_& m) {
         "signSGD majority vote of 'sign' frames: out = alpha * sign(sum of the frames' signs),\n"
         "0 on a tie, NaN for a bucket whose scale is NaN in any frame. Returns out (a new\n"
         "numpy array, float32 by default, when out is None).");
+  m.def(
+      "minifloat_codes",
+      [](const std::string& fmt, const in_array& x, const std::string& rounding,
+         nb::object uniforms) {
+        const blocks::minifloat f = blocks::minifloat_of(element_format_arg(fmt));
+        const std::span<const float> v = f32_host_in(x, "x", "minifloat_codes reads host memory");
+        const bool stochastic = rounding == "stochastic";
+        if (!stochastic && rounding != "nearest")
+          throw nb::value_error("rounding must be 'nearest' or 'stochastic'");
+        std::span<const float> u;
+        if (stochastic) {
+          u = f32_host_in(nb::cast<in_array>(uniforms), "uniforms", "minifloat_codes");
+          if (u.size() != v.size()) throw nb::value_error("one uniform per value");
+        }
+        std::string out(v.size() * 4, '\0');
+        for (std::size_t i = 0; i < v.size(); ++i) {
+          if (!blocks::is_finite(v[i]))
+            throw nb::value_error("minifloat_codes takes finite values");
+          const std::uint32_t c =
+              blocks::element_code(f, v[i], stochastic, stochastic ? u[i] : 0.0f);
+          std::memcpy(out.data() + 4 * i, &c, 4);
+        }
+        return nb::bytes(out.data(), out.size());
+      },
+      nb::arg("fmt"), nb::arg("x"), nb::arg("rounding") = "nearest",
+      nb::arg("uniforms") = nb::none(),
+      "The codes (u32 little-endian bytes) of finite float32 values in a block-scaled element\n"
+      "format ('e4m3', 'e5m2', 'e3m2', 'e2m3', 'e2m1', 'int8'), saturating, rounded to\n"
+      "nearest even or stochastically with the given uniforms in [0, 1) (docs/codecs.md).");
+  m.def(
+      "minifloat_values",
+      [](const std::string& fmt, const in_array& codes) {
+        const blocks::minifloat f = blocks::minifloat_of(element_format_arg(fmt));
+        const const_bytes b = bytes_in(codes, "codes", "minifloat_values reads u32 codes");
+        if (b.size() % 4 != 0) throw nb::value_error("codes must be u32");
+        std::string out(b.size(), '\0');
+        for (std::size_t i = 0; i < b.size() / 4; ++i) {
+          std::uint32_t c;
+          std::memcpy(&c, b.data() + 4 * i, 4);
+          const float x = blocks::element_value(f, c);
+          std::memcpy(out.data() + 4 * i, &x, 4);
+        }
+        return nb::bytes(out.data(), out.size());
+      },
+      nb::arg("fmt"), nb::arg("codes"),
+      "The float32 values (little-endian bytes) of u32 codes of an element format.");
   m.def(
       "codecs",
       []() {

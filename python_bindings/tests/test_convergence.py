@@ -6,7 +6,8 @@ the hook's defaults,
 - a small CNN on scikit-learn's digits with momentum SGD and weight decay
   (examples/ddp_digits.py): every codec within 1.5 accuracy points of uncompressed;
 - a 2-layer character transformer on Debian's licence texts with AdamW
-  (examples/ddp_chars.py): every codec within 3 % of the uncompressed held-out loss;
+  (examples/ddp_chars.py): every codec within 3 % of the uncompressed held-out loss
+  (MXFP8 within 0.5 %);
 
 while sending fewer bytes than DDP's float32 allreduce, and no run going non-finite."""
 
@@ -20,8 +21,13 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+# The block-scaled codecs run as issue 28 asks: MXFP8 at its defaults, MXFP4 with rotation
+# and stochastic rounding (the recipe of "Training LLMs with MXFP4").
+MXFP4_RECIPE = "mxfp4:rotate=1,rounding=stochastic"
 CODECS = ["topk", "dgc", "randomk", "threshold", "qsgd", "terngrad", "minmax", "onebit",
-          "sign", "fp16", "bf16", "powersgd"]
+          "sign", "fp16", "bf16", "powersgd", "mxfp8", MXFP4_RECIPE]
+#: Held-out loss allowed over uncompressed (default 3 %): MXFP8 is held to 0.5 %.
+LOSS_WITHIN = {"mxfp8": 1.005}
 
 def load_example(name):
     # On sys.path so that the spawned ranks can import the task classes by name.
@@ -48,7 +54,7 @@ def check(task_name, results, base_ok, within):
         steady_ratio = r["dense_bytes_per_step"] / r["steady_bytes_per_step"]
         assert run_ratio >= 0.5 * steady_ratio, (task_name, codec, run_ratio, steady_ratio)
         assert r["bytes_per_step"] < base["bytes_per_step"], (task_name, codec)
-        if not within(r, base):
+        if not within(r, base, codec):
             failures.append(f"{codec}: {r['quality']} against {base['quality']}")
     assert not failures, f"{task_name}: {failures}"
 
@@ -57,7 +63,7 @@ def test_momentum_sgd_cnn_on_digits():
     digits = load_example("ddp_digits")
     results = digits.ddp_compare.compare(digits.Digits(), CODECS, world=4)
     check("digits", results, lambda b: b["quality"]["accuracy"] >= 0.97,
-          lambda r, b: r["quality"]["accuracy"] >= b["quality"]["accuracy"] - 0.015)
+          lambda r, b, _: r["quality"]["accuracy"] >= b["quality"]["accuracy"] - 0.015)
 
 
 def test_adamw_transformer_on_text():
@@ -66,4 +72,4 @@ def test_adamw_transformer_on_text():
     loss = "held-out loss"
     # Uncompressed training must have learned (a uniform guess over ~100 symbols is 4.6).
     check("chars", results, lambda b: b["quality"][loss] < 2.8,
-          lambda r, b: r["quality"][loss] <= 1.03 * b["quality"][loss])
+          lambda r, b, codec: r["quality"][loss] <= LOSS_WITHIN.get(codec, 1.03) * b["quality"][loss])

@@ -31,6 +31,18 @@ inline const char* const kSpecs[] = {
     "bf16",
     "powersgd:rank=2",
     "powersgd:rank=1,min_rate=0",
+    "mxfp8",
+    "mxfp8:fmt=e5m2,block=20,rounding=stochastic",
+    "mxfp8:rotate=1",
+    "mxfp6",
+    "mxfp6:fmt=e2m3,rotate=1,block=40",
+    "mxfp4",
+    "mxfp4:rotate=1,rounding=stochastic",
+    "mxint8:block=33",
+    "nvfp4",
+    "nvfp4:rotate=1,rounding=stochastic",
+    "fp8row:block=100",
+    "fp8row:fmt=e5m2,block=64,rotate=1",
 };
 
 }  // namespace gradcodec::test

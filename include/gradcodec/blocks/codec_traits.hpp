@@ -21,10 +21,14 @@ struct codec_traits {
   bool count_from_data = false;
   //! The frame's size depends on the data, so ranks' frames differ in size (threshold).
   bool size_from_data = false;
-  //! Scales per bucket of `bucket` elements, in the header's group field.
+  //! Scales per bucket of `bucket` elements (block-scaled codecs: per block; fp8row: per
+  //! row), in the header's group field.
   bool bucketed = false;
-  //! Compresses a matrix: the tensor's row count shapes the frame (PowerSGD).
+  //! Compresses a matrix: its factors' shapes follow the row count, in the header's count
+  //! (PowerSGD).
   bool matrix = false;
+  //! The tensor's row count shapes the frame (PowerSGD; fp8row, one scale per row).
+  bool by_rows = false;
 };
 
 GRADCODEC_HD constexpr codec_traits traits_of(codec_id c) {
@@ -41,8 +45,15 @@ GRADCODEC_HD constexpr codec_traits traits_of(codec_id c) {
     case codec_id::terngrad:
     case codec_id::minmax:
     case codec_id::onebit:
-    case codec_id::sign: t.bucketed = true; break;
-    case codec_id::powersgd: t.matrix = true; break;
+    case codec_id::sign:
+    GRADCODEC_CASE_BLOCK_SCALED:
+      t.bucketed = true;
+      t.by_rows = c == codec_id::fp8row;
+      break;
+    case codec_id::powersgd:
+      t.matrix = true;
+      t.by_rows = true;
+      break;
     case codec_id::fp16:
     case codec_id::bf16: break;
   }

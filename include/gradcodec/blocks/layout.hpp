@@ -65,6 +65,31 @@ GRADCODEC_HD constexpr bucket_layout bucket_layout_of(std::uint64_t n, std::uint
   return l;
 }
 
+//! Block-scaled payload (mxfp8, mxfp6, mxfp4, mxint8, nvfp4, fp8row): the rotation's 16
+//! bytes of key material when rotated, nvfp4's f32 tensor scale in a 16-byte slot, one
+//! scale of `scale_bytes` per block, then the codes as one LSB-first bit stream.
+struct block_scaled_layout {
+  std::uint64_t blocks, key_offset, tensor_scale_offset, scales_offset, scales_bytes, codes_offset,
+      codes_bytes, total;
+};
+GRADCODEC_HD constexpr block_scaled_layout block_scaled_layout_of(
+    std::uint64_t n, std::uint64_t block, std::uint32_t scale_bytes, bool tensor_scale,
+    std::uint32_t bits, bool rotated) {
+  block_scaled_layout l{};
+  l.blocks = ceil_div(n, block);
+  std::uint64_t at = 0;
+  l.key_offset = at;
+  if (rotated) at += 16;
+  l.tensor_scale_offset = at;
+  if (tensor_scale) at += 16;
+  l.scales_offset = at;
+  l.scales_bytes = l.blocks * scale_bytes;
+  l.codes_offset = align16(at + l.scales_bytes);
+  l.codes_bytes = ceil_div(n * bits, 8);
+  l.total = align16(l.codes_offset + l.codes_bytes);
+  return l;
+}
+
 //! Cast payload (fp16, bf16): n 16-bit values.
 GRADCODEC_HD constexpr std::uint64_t cast_payload_bytes(std::uint64_t n) { return align16(n * 2u); }
 

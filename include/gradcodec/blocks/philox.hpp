@@ -25,6 +25,7 @@ enum class rng_stream : std::uint32_t {
   selection = 1,  //!< random-k stratum offsets, one number per stratum
   sampling = 2,   //!< DGC sample start
   init = 3,       //!< PowerSGD initial Q
+  rotation = 4,   //!< block-scaled codecs: Hadamard sign flips, one number per 32 elements
 };
 
 GRADCODEC_HD std::uint32_t mulhilo32(std::uint32_t a, std::uint32_t b, std::uint32_t& hi) {
@@ -90,6 +91,24 @@ GRADCODEC_HD std::uint64_t scale_u32(std::uint32_t r, std::uint64_t m) {
   // exceeds 64 bits). For m < 2^32 this is (r * m) >> 32.
   const std::uint64_t r64 = r;
   return r64 * (m >> 32) + ((r64 * (m & 0xFFFFFFFFu)) >> 32);
+}
+
+//! The 16 bytes of generator key material a frame carries so that decoding needs no
+//! context (random-k, rotated block-scaled frames): little-endian k0, k1, step low,
+//! tensor low.
+GRADCODEC_HD void write_rng_key(const counter_rng& rng, std::uint8_t* at) {
+  const std::uint32_t w[4] = {rng.key.k0, rng.key.k1, rng.step_lo, rng.tensor_lo};
+  for (int i = 0; i < 16; ++i) at[i] = static_cast<std::uint8_t>(w[i / 4] >> (8 * (i % 4)));
+}
+GRADCODEC_HD counter_rng read_rng_key(const std::uint8_t* at) {
+  std::uint32_t w[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 16; ++i) w[i / 4] |= static_cast<std::uint32_t>(at[i]) << (8 * (i % 4));
+  counter_rng rng{};
+  rng.key.k0 = w[0];
+  rng.key.k1 = w[1];
+  rng.step_lo = w[2];
+  rng.tensor_lo = w[3];
+  return rng;
 }
 
 }  // namespace gradcodec::blocks

@@ -32,20 +32,4 @@ GRADCODEC_HD randomk_stratum randomk_stratum_of(const counter_rng& rng, std::uin
   return s;
 }
 
-//! The payload's 16 generator bytes (little-endian k0, k1, step low, tensor low).
-GRADCODEC_HD void randomk_put_key(const counter_rng& rng, std::uint8_t* at) {
-  const std::uint32_t w[4] = {rng.key.k0, rng.key.k1, rng.step_lo, rng.tensor_lo};
-  for (int i = 0; i < 16; ++i) at[i] = static_cast<std::uint8_t>(w[i / 4] >> (8 * (i % 4)));
-}
-GRADCODEC_HD counter_rng randomk_get_key(const std::uint8_t* at) {
-  std::uint32_t w[4] = {0, 0, 0, 0};
-  for (int i = 0; i < 16; ++i) w[i / 4] |= static_cast<std::uint32_t>(at[i]) << (8 * (i % 4));
-  counter_rng rng{};
-  rng.key.k0 = w[0];
-  rng.key.k1 = w[1];
-  rng.step_lo = w[2];
-  rng.tensor_lo = w[3];
-  return rng;
-}
-
 }  // namespace gradcodec::blocks
