@@ -69,7 +69,8 @@ def test_version_backends_and_codec_list():
     expect_error(gc.StatusCode.invalid_argument, gc.backend_available, "tpu")
     names = [c["name"] for c in gc.codecs()]
     assert names == ["topk", "dgc", "randomk", "threshold", "qsgd", "terngrad", "minmax",
-                     "onebit", "sign", "fp16", "bf16", "powersgd"]
+                     "onebit", "sign", "fp16", "bf16", "powersgd",
+                     "mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4", "fp8row"]
     qsgd = gc.codecs()[4]
     assert qsgd["id"] == 5 and qsgd["unbiased"]
     assert {p["key"] for p in qsgd["params"]} >= {"levels", "bucket", "norm", "rounding"}
