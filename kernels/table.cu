@@ -8,7 +8,6 @@
 
 #include "codecs.hpp"
 #include "common.cuh"
-#include "gradcodec/blocks/block_scaled.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
 
 namespace gradcodec::detail {
@@ -102,7 +101,8 @@ backend_table make_table() {
   backend_table t{"cuda", {}, &access, &cuda::powersgd_phases};
   auto set = [&](codec_id id, codec_ops ops) { t.codecs[static_cast<int>(id) - 1] = ops; };
   for (const codec_info& c : all_codecs())
-    if (blocks::traits_of(c.id).bucketed && !blocks::block_scaled(c.id)) set(c.id, bucketed);
+    if (blocks::traits_of(c.id).bucketed && !blocks::traits_of(c.id).block_scaled)
+      set(c.id, bucketed);
   set(codec_id::randomk, randomk);
   set(codec_id::topk, topk);
   set(codec_id::threshold, threshold);

@@ -39,17 +39,13 @@ status block_scaled_encode(const detail::encode_call& c) {
 
   for (std::uint64_t b = 0; b < l.blocks; ++b) {
     const bucketed::span sp = bucketed::bucket_at(n, group, b);
-    const blocks::block_scan s = blocks::scan_block(rule, rng, sp.begin, sp.len, in);
-    const std::uint32_t scale = blocks::block_scale_bits(rule, s, g);
+    std::uint32_t scale = 0;
+    const blocks::block_scan s = blocks::encode_block(
+        rule, rng, g, sp.begin, sp.len, in, scale, [&](std::uint64_t i, std::uint32_t code) {
+          put_bits(c.payload + l.codes_offset, i, rule.element.bits, code);
+        });
     blocks::put_block_scale(rule, payload + l.scales_offset, b, scale);
-    if (!s.finite) {
-      c.hdr.flags |= flag_nonfinite;
-      continue;  // codes stay 0
-    }
-    blocks::encode_block(rule, rng, blocks::quantizer_of(rule, scale, g), sp.begin, sp.len, in,
-                         [&](std::uint64_t i, std::uint32_t code) {
-                           put_bits(c.payload + l.codes_offset, i, rule.element.bits, code);
-                         });
+    if (!s.finite) c.hdr.flags |= flag_nonfinite;  // its codes stay 0
   }
   c.hdr.group = static_cast<std::uint32_t>(group);
   c.hdr.level = static_cast<std::uint16_t>(c.spec.fmt);

@@ -263,9 +263,7 @@ frame_header base_header(const codec_spec& spec, const_tensor_view in, dtype wir
   h.codec = spec.id;
   h.type = wire;
   h.n = in.n;
-  if ((spec.id == codec_id::topk || spec.id == codec_id::dgc || spec.id == codec_id::threshold) &&
-      in.n > 0xFFFFFFFFu)
-    h.flags |= flag_index64;
+  if (blocks::traits_of(spec.id).indexed && in.n > 0xFFFFFFFFu) h.flags |= flag_index64;
   return h;
 }
 
@@ -381,9 +379,10 @@ codec_spec spec_of(const frame_header& h) noexcept {
     s.norm = (h.mode & mode_norm_max) ? norm_kind::max : norm_kind::l2;
   }
   if (h.codec == codec_id::minmax) s.bits = h.level;
-  if (h.codec == codec_id::qsgd || h.codec == codec_id::minmax || blocks::block_scaled(h.codec))
+  const blocks::codec_traits traits = blocks::traits_of(h.codec);
+  if (traits.rounds)
     s.rounding = (h.mode & mode_stochastic) ? rounding_mode::stochastic : rounding_mode::nearest;
-  if (blocks::block_scaled(h.codec)) {
+  if (traits.block_scaled) {
     s.fmt = static_cast<element_format>(h.level);
     s.rotate = (h.mode & mode_rotate) != 0;
   }

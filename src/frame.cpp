@@ -71,16 +71,14 @@ result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {
   // Fields a codec does not use must be zero; the ones it uses must be in range.
   const bool uses_count = traits.selects || traits.matrix;
   const bool uses_group = traits.bucketed || traits.matrix;
-  const bool scaled_blocks = block_scaled(h.codec);
-  const bool uses_level = h.codec == codec_id::qsgd || h.codec == codec_id::minmax || scaled_blocks;
+  const bool uses_level = traits.rounds;  // the grid: qsgd levels, minmax bits, element format
   const bool uses_param = h.codec == codec_id::threshold || h.codec == codec_id::dgc ||
                           h.codec == codec_id::terngrad || h.codec == codec_id::powersgd;
-  std::uint8_t modes = 0;
-  if (h.codec == codec_id::qsgd) modes = mode_stochastic | mode_norm_max;
-  if (h.codec == codec_id::minmax) modes = mode_stochastic;
+  std::uint8_t modes = traits.rounds ? mode_stochastic : 0;
+  if (h.codec == codec_id::qsgd) modes |= mode_norm_max;
   if (h.codec == codec_id::sign) modes = mode_scale_mask;
   if (h.codec == codec_id::randomk) modes = mode_unbiased;
-  if (scaled_blocks) modes = mode_stochastic | mode_rotate;
+  if (traits.block_scaled) modes |= mode_rotate;
   if (!uses_count && h.count != 0) return corrupt("count must be zero for this codec");
   if (!uses_group && h.group != 0) return corrupt("group must be zero for this codec");
   if (!uses_level && h.level != 0) return corrupt("level must be zero for this codec");

@@ -155,13 +155,13 @@ status set_param(codec_spec& spec, std::string_view key, std::string_view value)
   } else if (key == "sample") {
     if (!parse_number(value, d)) return bad();
     spec.sample = d;
-  } else if (key == "unbiased") {
+  } else if (key == "unbiased" || key == "rotate") {
+    bool on = false;
     if (value == "1" || value == "true")
-      spec.unbiased = true;
-    else if (value == "0" || value == "false")
-      spec.unbiased = false;
-    else
+      on = true;
+    else if (value != "0" && value != "false")
       return bad();
+    (key == "unbiased" ? spec.unbiased : spec.rotate) = on;
   } else if (key == "tau" || key == "clip" || key == "eps" || key == "min_rate") {
     if (!parse_number(value, d) || !std::isfinite(d) || std::fabs(d) > 3.0e38) return bad();
     (key == "tau"    ? spec.tau
@@ -171,31 +171,18 @@ status set_param(codec_spec& spec, std::string_view key, std::string_view value)
   } else if (key == "cap") {
     if (!parse_number(value, u)) return bad();
     spec.cap = u;
-  } else if (key == "levels" || key == "bucket" || key == "bits" || key == "rank") {
+  } else if (key == "levels" || key == "bucket" || key == "block" || key == "bits" ||
+             key == "rank") {
     if (!parse_number(value, u) || u > 0xFFFFFFFFu) return bad();
-    (key == "levels"   ? spec.levels
-     : key == "bucket" ? spec.bucket
-     : key == "bits"   ? spec.bits
-                       : spec.rank) = static_cast<std::uint32_t>(u);
-  } else if (key == "block") {
-    if (!parse_number(value, u) || u > 0xFFFFFFFFu) return bad();
-    spec.bucket = static_cast<std::uint32_t>(u);
-  } else if (key == "rotate") {
-    if (value == "1" || value == "true")
-      spec.rotate = true;
-    else if (value == "0" || value == "false")
-      spec.rotate = false;
-    else
-      return bad();
+    // "block" is the block-scaled codecs' name for the elements per scale.
+    (key == "levels" ? spec.levels
+     : key == "bits" ? spec.bits
+     : key == "rank" ? spec.rank
+                     : spec.bucket) = static_cast<std::uint32_t>(u);
   } else if (key == "fmt") {
-    bool known = false;
-    for (const auto f : {element_format::e4m3, element_format::e5m2, element_format::e3m2,
-                         element_format::e2m3, element_format::e2m1, element_format::int8})
-      if (value == element_format_name(f)) {
-        spec.fmt = f;
-        known = true;
-      }
-    if (!known) return bad();
+    auto f = element_format_from_name(value);
+    if (!f) return bad();
+    spec.fmt = f.value();
   } else if (key == "rounding") {
     if (value == "nearest")
       spec.rounding = rounding_mode::nearest;
@@ -305,6 +292,13 @@ codec_spec make_spec(codec_id id) noexcept {
   return s;
 }
 
+result<element_format> element_format_from_name(std::string_view name) {
+  for (const auto f : {element_format::e4m3, element_format::e5m2, element_format::e3m2,
+                       element_format::e2m3, element_format::e2m1, element_format::int8})
+    if (name == element_format_name(f)) return f;
+  return spec_error("unknown element format '", name, "' (e4m3, e5m2, e3m2, e2m3, e2m1, int8)");
+}
+
 std::string_view element_format_name(element_format f) noexcept {
   switch (f) {
     case element_format::e4m3: return "e4m3";
@@ -359,16 +353,17 @@ status validate(const codec_spec& s) {
       if (!(s.min_rate >= 0.0f) || !std::isfinite(s.min_rate))
         return range("min_rate", "[0, FLT_MAX]");
       break;
+    GRADCODEC_CASE_BLOCK_SCALED:
+      if (!blocks::element_allowed(s.id, s.fmt))
+        return spec_error(std::string(name).append(": fmt ").append(element_format_name(s.fmt)),
+                          " is not one of its element formats");
+      break;
     default: break;
   }
-  if (blocks::block_scaled(s.id)) {
-    if (!blocks::element_allowed(s.id, s.fmt))
-      return spec_error(std::string(name).append(": fmt ").append(element_format_name(s.fmt)),
-                        " is not one of its element formats");
-    if (s.bucket < 1 || s.bucket > (1u << 24)) return range("block", "1..16777216");
-  }
-  if (has_key(s.id, "bucket") && (s.bucket < 1 || s.bucket > (1u << 24)))
-    return range("bucket", "1..16777216");
+  // Elements per scale: "bucket", or "block" for the block-scaled codecs (one field).
+  for (const std::string_view key : {"bucket", "block"})
+    if (has_key(s.id, key) && (s.bucket < 1 || s.bucket > (1u << 24)))
+      return range(key, "1..16777216");
   return {};
 }
 

@@ -4,6 +4,7 @@
 // a fused kernel outside the library pulls in none of them. The blocks come first, before
 // anything else could include <string>.
 #include "gradcodec/blocks/bitstream.hpp"
+#include "gradcodec/blocks/block_scaled.hpp"
 #include "gradcodec/blocks/bytes.hpp"
 #include "gradcodec/blocks/canonical_sum.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
@@ -13,6 +14,7 @@
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/header.hpp"
 #include "gradcodec/blocks/layout.hpp"
+#include "gradcodec/blocks/minifloat.hpp"
 #include "gradcodec/blocks/pairwise.hpp"
 #include "gradcodec/blocks/philox.hpp"
 #include "gradcodec/blocks/powersgd.hpp"

@@ -298,7 +298,6 @@ std::string note_of(const status& s, const target& t) {
   return "error: " + std::string(status_code_name(s.code())) + ": " + s.message();
 }
 
-//! The four operations of one codec on one target; rows for each.
 //! The first byte where two byte ranges differ, as a message ("" when equal).
 std::string first_difference(const char* what, std::span<const std::byte> a,
                              std::span<const std::byte> b) {
@@ -357,6 +356,7 @@ std::string verify_against_reference(const codec_spec& spec, const context& ctx,
   return first_difference("residual", bytes_of(res), bytes_of(ref_res));
 }
 
+//! The four operations of one codec on one target; rows for each.
 void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& t) {
   const std::uint64_t n = b.x.size();
   const std::uint64_t rows = spec.id == codec_id::powersgd ? powersgd_square_rows(n) : 0;

@@ -65,9 +65,8 @@ std::string flag_names(std::uint8_t flags) {
 std::string mode_names(codec_id c, std::uint8_t mode) {
   std::string s;
   const auto add = [&](const std::string& name) { s += (s.empty() ? "" : ",") + name; };
-  if (c == codec_id::qsgd || c == codec_id::minmax || blocks::block_scaled(c))
-    add(mode & mode_stochastic ? "stochastic" : "nearest");
-  if (blocks::block_scaled(c)) add(mode & mode_rotate ? "rotated" : "not rotated");
+  if (blocks::traits_of(c).rounds) add(mode & mode_stochastic ? "stochastic" : "nearest");
+  if (blocks::traits_of(c).block_scaled) add(mode & mode_rotate ? "rotated" : "not rotated");
   if (c == codec_id::qsgd) add(mode & mode_norm_max ? "norm_max" : "norm_l2");
   if (c == codec_id::sign) {
     const auto k = (mode & mode_scale_mask) >> mode_scale_shift;

@@ -206,18 +206,22 @@ std::uint64_t specs_digest(const compute_profile& p) {
   return h;
 }
 
+//! Every number of a link, in a fixed order, as a reference.
+template <class F>
+void for_each_link_number(link_profile& l, F&& f) {
+  for (collective_cost* c : {&l.allgather, &l.alltoall, &l.allreduce}) {
+    f(c->step_latency_s);
+    f(c->bytes_per_s);
+  }
+  f(l.overlap);
+  f(l.burst_bytes);
+}
+
 //! Every number of a profile, in a fixed order, as a reference (for the agreement).
 template <class F>
 void for_each_number(cost_profile& p, F&& f) {
-  for (link_profile* l : {&p.link, p.intra ? &*p.intra : nullptr}) {
-    if (l == nullptr) continue;
-    for (collective_cost* c : {&l->allgather, &l->alltoall, &l->allreduce}) {
-      f(c->step_latency_s);
-      f(c->bytes_per_s);
-    }
-    f(l->overlap);
-    f(l->burst_bytes);
-  }
+  for_each_link_number(p.link, f);
+  if (p.intra) for_each_link_number(*p.intra, f);
   f(p.compute.copy.fixed_s);
   f(p.compute.copy.per_element_s);
   for (codec_costs& c : p.compute.codecs) {
@@ -494,17 +498,9 @@ result<cost_profile> calibrate(const hierarchy& h, const calibrate_options& opt)
     double numbers[9] = {};
     if (h.leader()) {
       if (auto inter = probe_link(*h.inter, opt); inter.ok()) {
-        const link_profile& l = inter.value();
-        const double got[9] = {1,
-                               l.allgather.step_latency_s,
-                               l.allgather.bytes_per_s,
-                               l.alltoall.step_latency_s,
-                               l.alltoall.bytes_per_s,
-                               l.allreduce.step_latency_s,
-                               l.allreduce.bytes_per_s,
-                               l.overlap,
-                               l.burst_bytes};
-        std::copy(std::begin(got), std::end(got), numbers);
+        numbers[0] = 1;
+        int k = 1;
+        for_each_link_number(inter.value(), [&](double& x) { numbers[k++] = x; });
       }
     }
     if (status s = h.intra->broadcast(numbers, sizeof numbers, 0); !s.ok()) return s;
@@ -512,11 +508,8 @@ result<cost_profile> calibrate(const hierarchy& h, const calibrate_options& opt)
     // A node whose leader failed takes part in the agreement without an intra-node link,
     // so the other nodes' agreement fails too instead of waiting for it.
     if (!probed) q.intra.reset();
-    q.link.allgather = {numbers[1], numbers[2]};
-    q.link.alltoall = {numbers[3], numbers[4]};
-    q.link.allreduce = {numbers[5], numbers[6]};
-    q.link.overlap = numbers[7];
-    q.link.burst_bytes = numbers[8];
+    int k = 1;
+    for_each_link_number(q.link, [&](double& x) { x = numbers[k++]; });
     return {};
   });
   if (p.ok() && !probed)

@@ -45,7 +45,7 @@ void drift_tracker::observe(std::uint64_t key, const plan_row& row, double secon
   const double r = seconds / row.predicted.total_s;
   auto it = entries_.find(key);
   if (it == entries_.end() || !(it->second.config == row.config)) {
-    entries_[key] = {row.config, row.predicted.total_s, r, seconds};
+    entries_[key] = {row.config, r, seconds};
     return;
   }
   entry& e = it->second;
@@ -54,7 +54,7 @@ void drift_tracker::observe(std::uint64_t key, const plan_row& row, double secon
 }
 
 void drift_tracker::restore(std::uint64_t key, const plan_row& row, double ratio, double seconds) {
-  entries_[key] = {row.config, row.predicted.total_s, ratio, seconds};
+  entries_[key] = {row.config, ratio, seconds};
 }
 
 std::optional<double> drift_tracker::ratio(std::uint64_t key) const {

@@ -192,25 +192,29 @@ struct reader {
     c.per_element_s = num(*v, "per_element_s", at + key + ".");
     return c;
   }
-  link_profile link_of(const value& o) {
+  //! `at`: the link's field name with its dot ("link." or "intra_link."), for messages.
+  link_profile link_of(const value& o, const std::string& at) {
     link_profile l;
-    l.allgather = link(o, "allgather");
-    l.alltoall = link(o, "alltoall");
-    l.allreduce = link(o, "allreduce");
-    l.overlap = num(o, "overlap", "link.");
-    l.burst_bytes = num(o, "burst_bytes", "link.");
+    l.allgather = link(o, "allgather", at);
+    l.alltoall = link(o, "alltoall", at);
+    l.allreduce = link(o, "allreduce", at);
+    l.overlap = num(o, "overlap", at);
+    l.burst_bytes = num(o, "burst_bytes", at);
+    if (error.ok() && l.overlap > 1)
+      error = status{status_code::invalid_argument,
+                     "cost profile JSON: " + at + "overlap must be <= 1"};
     return l;
   }
 
-  collective_cost link(const value& o, const std::string& key) {
+  collective_cost link(const value& o, const std::string& key, const std::string& at) {
     collective_cost c;
-    const value* v = field(o, key, value::kind::object, "link.");
+    const value* v = field(o, key, value::kind::object, at);
     if (v == nullptr) return c;
-    c.step_latency_s = num(*v, "step_latency_s", "link." + key + ".");
-    c.bytes_per_s = num(*v, "bytes_per_s", "link." + key + ".");
+    c.step_latency_s = num(*v, "step_latency_s", at + key + ".");
+    c.bytes_per_s = num(*v, "bytes_per_s", at + key + ".");
     if (error.ok() && c.bytes_per_s <= 0)
       error = status{status_code::invalid_argument,
-                     "cost profile JSON: link." + key + ".bytes_per_s must be > 0"};
+                     "cost profile JSON: " + at + key + ".bytes_per_s must be > 0"};
     return c;
   }
 };
@@ -278,13 +282,11 @@ result<cost_profile> profile_from_json(std::string_view text) {
                                                      "library reads version 1)"};
   cost_profile p;
   p.ranks = static_cast<int>(rd.num(root, "ranks", ""));
-  if (const value* l = rd.field(root, "link", value::kind::object, "")) p.link = rd.link_of(*l);
+  if (const value* l = rd.field(root, "link", value::kind::object, ""))
+    p.link = rd.link_of(*l, "link.");
   if (root.obj.count("intra_link") != 0)  // optional: a flat job's profile has none
     if (const value* l = rd.field(root, "intra_link", value::kind::object, ""))
-      p.intra = rd.link_of(*l);
-  for (const link_profile* l : {&p.link, p.intra ? &*p.intra : nullptr})
-    if (rd.error.ok() && l != nullptr && l->overlap > 1)
-      return status{status_code::invalid_argument, "cost profile JSON: link.overlap must be <= 1"};
+      p.intra = rd.link_of(*l, "intra_link.");
   p.compute.copy = rd.cost(root, "copy", "");
   if (const value* list = rd.field(root, "codecs", value::kind::array, "")) {
     for (std::size_t i = 0; i < list->arr.size() && rd.error.ok(); ++i) {

@@ -502,6 +502,15 @@ TEST(Calibrate, ProfileJsonReadsBackExactly) {
     EXPECT_NE(std::string(r.error().message()).find(b.names), std::string::npos)
         << r.error().message();
   }
+  // An error in the intra-node link names that link.
+  gcc::cost_profile two_level = p;
+  two_level.intra = p.link;
+  two_level.intra->overlap = 1.5;
+  auto r = gcc::profile_from_json(gcc::profile_to_json(two_level));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.error().message()).find("intra_link.overlap must be <= 1"),
+            std::string::npos)
+      << r.error().message();
 }
 
 // A calibration over two thread ranks: every codec measured, bf16 added, the link fitted,

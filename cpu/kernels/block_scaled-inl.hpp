@@ -59,17 +59,13 @@ inline status block_scaled_encode(const detail::encode_call& c) {
   parallel_for(threads, tasks, [&](std::uint64_t t) {
     for (std::uint64_t b = t * per; b < std::min(l.blocks, (t + 1) * per); ++b) {
       const auto [begin, len] = span_of(b);
-      const blocks::block_scan s = blocks::scan_block(rule, rng, begin, len, in);
-      const std::uint32_t scale = blocks::block_scale_bits(rule, s, g);
+      std::uint32_t scale = 0;
+      const blocks::block_scan s = blocks::encode_block(
+          rule, rng, g, begin, len, in, scale, [&](std::uint64_t i, std::uint32_t code) {
+            blocks::put_code(payload + l.codes_offset, i, rule.element.bits, code);
+          });
       blocks::put_block_scale(rule, payload + l.scales_offset, b, scale);
-      if (!s.finite) {
-        nonfinite.store(true, std::memory_order_relaxed);
-        continue;
-      }
-      blocks::encode_block(rule, rng, blocks::quantizer_of(rule, scale, g), begin, len, in,
-                           [&](std::uint64_t i, std::uint32_t code) {
-                             blocks::put_code(payload + l.codes_offset, i, rule.element.bits, code);
-                           });
+      if (!s.finite) nonfinite.store(true, std::memory_order_relaxed);
     }
   });
   if (nonfinite.load()) c.hdr.flags |= flag_nonfinite;

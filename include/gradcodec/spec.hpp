@@ -66,6 +66,7 @@ std::string to_string(const codec_spec& spec);
 std::string_view codec_name(codec_id id) noexcept;
 //! "e4m3", "e5m2", "e3m2", "e2m3", "e2m1" or "int8".
 std::string_view element_format_name(element_format f) noexcept;
+result<element_format> element_format_from_name(std::string_view name);
 result<codec_id> codec_from_name(std::string_view name);
 
 //! One documented parameter of a codec, for `gradcodec list` and the bindings.

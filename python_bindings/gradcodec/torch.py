@@ -75,10 +75,6 @@ class NonFiniteGradient(Error):
     """A bucket's gradient held NaN or Inf on some rank (raised on every rank)."""
 
 
-#: The block-scaled codecs (docs/codecs.md "Block-scaled codecs").
-BLOCK_SCALED = ("mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4", "fp8row")
-
-
 def default_strategy(codec: _gc.Codec) -> str:
     """The strategy HookState uses for a codec when none is given."""
     if codec.name in ("fp16", "bf16", "randomk"):
@@ -87,7 +83,7 @@ def default_strategy(codec: _gc.Codec) -> str:
         return "powersgd"
     if codec.name == "sign" and codec.params["scale"] == "none":
         return "vote"
-    if codec.name in BLOCK_SCALED:
+    if codec.traits["block_scaled"]:
         # Reduce-scatter, f32 sum, requantize, all-gather: the bytes of two quantized
         # passes whatever the world size, the path FP8 collectives take elsewhere.
         return "two_phase"
@@ -579,7 +575,7 @@ class _Step:
                tensor_id: int, rows: int = 0) -> torch.Tensor:
         kw = dict(seed=self.state.seed, step=self.step, tensor_id=tensor_id,
                   backend=self.backend)
-        if codec.name == "powersgd" and rows:
+        if rows and codec.traits["by_rows"]:  # the bucket's codec (they differ under "auto")
             kw["rows"] = rows
         if res is not None:
             frame = codec.encode_with_feedback(x, res, out=out, **kw)
@@ -677,8 +673,8 @@ def _allgather(ctx: _Step, x: torch.Tensor):
     n = x.numel()
     src = ctx.compress_input(x)
     dtype = _DTYPES[src.dtype]
-    bounds = [_align(codec.encode_bound(s.numel, dtype,
-                                        s.rows if codec.name == "powersgd" else 0))
+    by_rows = codec.traits["by_rows"]
+    bounds = [_align(codec.encode_bound(s.numel, dtype, s.rows if by_rows else 0))
               if s.compressed else _align(4 * s.numel) for s in segs]
     capacity = _PREAMBLE + sum(bounds)
     if b.send is None or b.send.numel() < capacity or b.send.device != x.device:

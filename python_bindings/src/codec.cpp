@@ -341,13 +341,6 @@ nb::dict header_dict(const frame_header& h) {
 
 }  // namespace
 
-element_format element_format_arg(const std::string& name) {
-  for (const auto f : {element_format::e4m3, element_format::e5m2, element_format::e3m2,
-                       element_format::e2m3, element_format::e2m1, element_format::int8})
-    if (name == element_format_name(f)) return f;
-  throw nb::value_error("unknown element format (e4m3, e5m2, e3m2, e2m3, e2m1, int8)");
-}
-
 void register_codec(nb::module_& m) {
   nb::enum_<status_code>(m, "StatusCode", nb::is_arithmetic(),
                          "The library's status codes (stable numbers; gradcodec.Error.code).")
@@ -401,10 +394,13 @@ void register_codec(nb::module_& m) {
             d["bucketed"] = t.bucketed;
             d["matrix"] = t.matrix;
             d["by_rows"] = t.by_rows;
+            d["rounds"] = t.rounds;
+            d["block_scaled"] = t.block_scaled;
             return d;
           },
           "What the layers ask of the codec (gradcodec/blocks/codec_traits.hpp): selects, "
-          "indexed, count_from_data, size_from_data, bucketed, matrix, by_rows.")
+          "indexed, count_from_data, size_from_data, bucketed, matrix, by_rows, rounds, "
+          "block_scaled.")
       .def_prop_ro(
           "info", [](const codec_spec& s) { return info_dict(info(s.id)); },
           "Summary, bits per element, bias and parameter documentation of the codec.")
@@ -575,7 +571,7 @@ void register_codec(nb::module_& m) {
       "minifloat_codes",
       [](const std::string& fmt, const in_array& x, const std::string& rounding,
          nb::object uniforms) {
-        const blocks::minifloat f = blocks::minifloat_of(element_format_arg(fmt));
+        const blocks::minifloat f = blocks::minifloat_of(unwrap(element_format_from_name(fmt)));
         const std::span<const float> v = f32_host_in(x, "x", "minifloat_codes reads host memory");
         const bool stochastic = rounding == "stochastic";
         if (!stochastic && rounding != "nearest")
@@ -603,7 +599,7 @@ void register_codec(nb::module_& m) {
   m.def(
       "minifloat_values",
       [](const std::string& fmt, const in_array& codes) {
-        const blocks::minifloat f = blocks::minifloat_of(element_format_arg(fmt));
+        const blocks::minifloat f = blocks::minifloat_of(unwrap(element_format_from_name(fmt)));
         const const_bytes b = bytes_in(codes, "codes", "minifloat_values reads u32 codes");
         if (b.size() % 4 != 0) throw nb::value_error("codes must be u32");
         std::string out(b.size(), '\0');

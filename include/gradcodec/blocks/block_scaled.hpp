@@ -9,6 +9,7 @@
 
 #include <cstdint>
 
+#include "gradcodec/blocks/codec_traits.hpp"
 #include "gradcodec/blocks/config.hpp"
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/layout.hpp"
@@ -34,13 +35,7 @@ struct block_rule {
   bool rotate;
 };
 
-GRADCODEC_HD constexpr bool block_scaled(codec_id c) {
-  switch (c) {
-  GRADCODEC_CASE_BLOCK_SCALED:
-    return true;
-    default: return false;
-  }
-}
+GRADCODEC_HD constexpr bool block_scaled(codec_id c) { return traits_of(c).block_scaled; }
 
 GRADCODEC_HD constexpr block_rule block_rule_of(codec_id c, element_format f, std::uint8_t mode) {
   const block_scale s = c == codec_id::nvfp4    ? block_scale::e4m3
@@ -222,14 +217,14 @@ struct block_scan {
   bool finite = true;
   float amax = 0.0f;
 };
+//! One pass: the rotation of a piece holding NaN or Inf is not finite either (every output
+//! sums every input; finite inputs cannot overflow), so checking w checks the inputs.
 template <class Load>
 GRADCODEC_HD block_scan scan_block(const block_rule& r, const counter_rng& rng, std::uint64_t begin,
                                    std::uint64_t len, Load&& load) {
   block_scan s;
-  for (std::uint64_t j = 0; j < len; ++j)
-    if (!is_finite(load(begin + j))) s.finite = false;
-  if (!s.finite) return s;
   for_each_block_value(r, rng, begin, len, load, [&](std::uint64_t, float w) {
+    if (!is_finite(w)) s.finite = false;
     const float a = fabs_bits(w);
     if (a > s.amax) s.amax = a;
   });
@@ -268,15 +263,47 @@ GRADCODEC_HD std::uint32_t get_block_scale(const block_rule& r, const std::uint8
   return bits;
 }
 
-//! Calls put(i, code) for every element of a finite block.
+//! Encodes one block: returns its scan, sets `scale` to its stored scale (g: nvfp4's tensor
+//! scale) and calls put(i, code) for every element of a finite block (a non-finite one
+//! sends zero codes). A block of up to 256 elements is loaded and rotated once, into a
+//! buffer; a longer one is read (and rotated) again for the codes after its scan.
 template <class Load, class Put>
-GRADCODEC_HD void encode_block(const block_rule& r, const counter_rng& rng,
-                               const block_quantizer& q, std::uint64_t begin, std::uint64_t len,
-                               Load&& load, Put&& put) {
-  for_each_block_value(r, rng, begin, len, load, [&](std::uint64_t i, float w) {
+GRADCODEC_HD block_scan encode_block(const block_rule& r, const counter_rng& rng, float g,
+                                     std::uint64_t begin, std::uint64_t len, Load&& load,
+                                     std::uint32_t& scale, Put&& put) {
+  const auto code_of = [&](const block_quantizer& q, std::uint64_t i, float w) {
     const float u = r.stochastic ? uniform01(rng.at(rng_stream::rounding, i)) : 0.0f;
-    put(i, q.code(r.element, w, r.stochastic, u));
-  });
+    return q.code(r.element, w, r.stochastic, u);
+  };
+  block_scan s;
+  if (len <= max_rotation_piece) {
+    float w[max_rotation_piece];
+    for (std::uint32_t j = 0; j < len; ++j) {
+      w[j] = load(begin + j);
+      if (!is_finite(w[j])) s.finite = false;
+    }
+    if (s.finite && r.rotate)
+      for (std::uint32_t off = 0; off < len;) {
+        const std::uint32_t m = rotation_piece(len - off);
+        rotate_piece(w + off, m, begin + off, rng);
+        off += m;
+      }
+    if (s.finite)
+      for (std::uint32_t j = 0; j < len; ++j)
+        if (fabs_bits(w[j]) > s.amax) s.amax = fabs_bits(w[j]);
+    scale = block_scale_bits(r, s, g);
+    if (!s.finite) return s;
+    const block_quantizer q = quantizer_of(r, scale, g);
+    for (std::uint32_t j = 0; j < len; ++j) put(begin + j, code_of(q, begin + j, w[j]));
+    return s;
+  }
+  s = scan_block(r, rng, begin, len, load);
+  scale = block_scale_bits(r, s, g);
+  if (!s.finite) return s;
+  const block_quantizer q = quantizer_of(r, scale, g);
+  for_each_block_value(r, rng, begin, len, load,
+                       [&](std::uint64_t i, float w) { put(i, code_of(q, i, w)); });
+  return s;
 }
 
 //! Calls emit(i, x) for every element of a block, x decoded from get(i) (its code).

@@ -29,6 +29,12 @@ struct codec_traits {
   bool matrix = false;
   //! The tensor's row count shapes the frame (PowerSGD; fp8row, one scale per row).
   bool by_rows = false;
+  //! Rounds to a grid, nearest or stochastic (spec `rounding`, header mode bit 0), with the
+  //! header's level saying which grid (qsgd, minmax, the block-scaled codecs).
+  bool rounds = false;
+  //! A block-scaled codec (blocks/block_scaled.hpp): low-precision elements, one scale per
+  //! block, header level = element format.
+  bool block_scaled = false;
 };
 
 GRADCODEC_HD constexpr codec_traits traits_of(codec_id c) {
@@ -42,12 +48,19 @@ GRADCODEC_HD constexpr codec_traits traits_of(codec_id c) {
       break;
     case codec_id::randomk: t.selects = true; break;
     case codec_id::qsgd:
-    case codec_id::terngrad:
     case codec_id::minmax:
+      t.rounds = true;
+      t.bucketed = true;
+      break;
+    case codec_id::terngrad:
     case codec_id::onebit:
     case codec_id::sign:
+      t.bucketed = true;
+      break;
     GRADCODEC_CASE_BLOCK_SCALED:
       t.bucketed = true;
+      t.rounds = true;
+      t.block_scaled = true;
       t.by_rows = c == codec_id::fp8row;
       break;
     case codec_id::powersgd:

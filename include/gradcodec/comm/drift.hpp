@@ -70,7 +70,6 @@ class drift_tracker {
  private:
   struct entry {
     candidate config;
-    double predicted_s = 0;
     double ratio = 0;
     double seconds = 0;
   };
