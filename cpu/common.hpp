@@ -61,4 +61,44 @@ inline status too_small() {
 }
 inline status corrupt(std::string_view why) { return {status_code::corrupt_frame, why}; }
 
+//! Function objects for the per-block templates of blocks/block_scaled.hpp. They are
+//! defined here, before the target region: a lambda written inside the region carries its
+//! ISA and could not be inlined into those templates, which compile for the baseline.
+struct f32_load {
+  const float* p;
+  float operator()(std::uint64_t i) const { return p[i]; }
+};
+struct any_load {
+  const void* p;
+  dtype type;
+  float operator()(std::uint64_t i) const { return detail::load_value(p, type, i); }
+};
+struct code_to_buffer {  //!< codes[i - begin] = code
+  std::uint32_t* codes;
+  std::uint64_t begin;
+  void operator()(std::uint64_t i, std::uint32_t code) const { codes[i - begin] = code; }
+};
+struct code_to_stream {
+  std::uint8_t* stream;
+  std::uint32_t bits;
+  void operator()(std::uint64_t i, std::uint32_t code) const {
+    blocks::put_code(stream, i, bits, code);
+  }
+};
+struct element_from_table {  //!< the value of element i's code, from a table of every code
+  const float* values;
+  const std::uint8_t* stream;
+  std::uint32_t bits;
+  float operator()(std::uint64_t i) const { return values[blocks::get_code(stream, i, bits)]; }
+};
+struct value_to_output {  //!< a decoded value stored, or fma-accumulated (canonical NaN)
+  tensor_view out;
+  float alpha;
+  bool accumulate;
+  void operator()(std::uint64_t i, float x) const {
+    const float v = accumulate ? std::fma(alpha, x, detail::load_value(out.data, out.type, i)) : x;
+    detail::store_value(out.data, out.type, i, detail::canonical_nan(v));
+  }
+};
+
 }  // namespace gradcodec::cpu

@@ -70,7 +70,10 @@ status block_scaled_decode(const detail::decode_call& c) {
         blocks::quantizer_of(rule, blocks::get_block_scale(rule, payload + l.scales_offset, b), g);
     blocks::decode_block(
         rule, rng, q, sp.begin, sp.len,
-        [&](std::uint64_t i) { return get_bits(c.payload + l.codes_offset, i, rule.element.bits); },
+        [&](std::uint64_t i) {
+          return blocks::element_value(rule.element,
+                                       get_bits(c.payload + l.codes_offset, i, rule.element.bits));
+        },
         [&](std::uint64_t i, float x) { emit(c, i, x); });
   }
   return {};

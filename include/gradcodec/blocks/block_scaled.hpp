@@ -86,7 +86,7 @@ inline constexpr std::uint32_t e4m3_nan = 0x7Fu;
 
 //! How one block's values become element inputs r and codes become values. Encode:
 //! r = v * enc (e8m0) or v / enc (e4m3, f32); every code is 0 when `zero`. Decode:
-//! x = value(code) * dec.
+//! x = element_value(code) * dec.
 struct block_quantizer {
   bool divide = false;
   bool zero = false;
@@ -114,12 +114,10 @@ struct block_quantizer {
     q.dec = d;
     return q;
   }
-  GRADCODEC_HD std::uint32_t code(const minifloat& f, float v, bool stochastic, float u) const {
+  GRADCODEC_HD_INLINE std::uint32_t code(const minifloat& f, float v, bool stochastic,
+                                         float u) const {
     if (zero) return 0;
     return element_code(f, divide ? fdiv(v, enc) : fmul(v, enc), stochastic, u);
-  }
-  GRADCODEC_HD float value(const minifloat& f, std::uint32_t code) const {
-    return fmul(element_value(f, code), dec);
   }
 };
 
@@ -263,6 +261,13 @@ GRADCODEC_HD std::uint32_t get_block_scale(const block_rule& r, const std::uint8
   return bits;
 }
 
+//! The code of value w of element i (global index) under a block's quantizer.
+GRADCODEC_HD_INLINE std::uint32_t code_at(const block_rule& r, const counter_rng& rng,
+                                          const block_quantizer& q, std::uint64_t i, float w) {
+  const float u = r.stochastic ? uniform01(rng.at(rng_stream::rounding, i)) : 0.0f;
+  return q.code(r.element, w, r.stochastic, u);
+}
+
 //! Encodes one block: returns its scan, sets `scale` to its stored scale (g: nvfp4's tensor
 //! scale) and calls put(i, code) for every element of a finite block (a non-finite one
 //! sends zero codes). A block of up to 256 elements is loaded and rotated once, into a
@@ -271,10 +276,6 @@ template <class Load, class Put>
 GRADCODEC_HD block_scan encode_block(const block_rule& r, const counter_rng& rng, float g,
                                      std::uint64_t begin, std::uint64_t len, Load&& load,
                                      std::uint32_t& scale, Put&& put) {
-  const auto code_of = [&](const block_quantizer& q, std::uint64_t i, float w) {
-    const float u = r.stochastic ? uniform01(rng.at(rng_stream::rounding, i)) : 0.0f;
-    return q.code(r.element, w, r.stochastic, u);
-  };
   block_scan s;
   if (len <= max_rotation_piece) {
     float w[max_rotation_piece];
@@ -294,7 +295,7 @@ GRADCODEC_HD block_scan encode_block(const block_rule& r, const counter_rng& rng
     scale = block_scale_bits(r, s, g);
     if (!s.finite) return s;
     const block_quantizer q = quantizer_of(r, scale, g);
-    for (std::uint32_t j = 0; j < len; ++j) put(begin + j, code_of(q, begin + j, w[j]));
+    for (std::uint32_t j = 0; j < len; ++j) put(begin + j, code_at(r, rng, q, begin + j, w[j]));
     return s;
   }
   s = scan_block(r, rng, begin, len, load);
@@ -302,23 +303,24 @@ GRADCODEC_HD block_scan encode_block(const block_rule& r, const counter_rng& rng
   if (!s.finite) return s;
   const block_quantizer q = quantizer_of(r, scale, g);
   for_each_block_value(r, rng, begin, len, load,
-                       [&](std::uint64_t i, float w) { put(i, code_of(q, i, w)); });
+                       [&](std::uint64_t i, float w) { put(i, code_at(r, rng, q, i, w)); });
   return s;
 }
 
-//! Calls emit(i, x) for every element of a block, x decoded from get(i) (its code).
-template <class Get, class Emit>
+//! Calls emit(i, x) for every element of a block, x = element(i) * q.dec with element(i)
+//! the value of element i's code (element_value; a backend may look it up in a table).
+template <class Element, class Emit>
 GRADCODEC_HD void decode_block(const block_rule& r, const counter_rng& rng,
                                const block_quantizer& q, std::uint64_t begin, std::uint64_t len,
-                               Get&& get, Emit&& emit) {
+                               Element&& element, Emit&& emit) {
   if (!r.rotate) {
-    for (std::uint64_t j = 0; j < len; ++j) emit(begin + j, q.value(r.element, get(begin + j)));
+    for (std::uint64_t j = 0; j < len; ++j) emit(begin + j, fmul(element(begin + j), q.dec));
     return;
   }
   float w[max_rotation_piece];
   for (std::uint64_t off = 0; off < len;) {
     const std::uint32_t m = rotation_piece(len - off);
-    for (std::uint32_t j = 0; j < m; ++j) w[j] = q.value(r.element, get(begin + off + j));
+    for (std::uint32_t j = 0; j < m; ++j) w[j] = fmul(element(begin + off + j), q.dec);
     unrotate_piece(w, m, begin + off, rng);
     for (std::uint32_t j = 0; j < m; ++j) emit(begin + off + j, w[j]);
     off += m;

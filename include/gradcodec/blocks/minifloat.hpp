@@ -50,7 +50,7 @@ GRADCODEC_HD float pow2f(int k) {
 }
 
 //! The unbiased exponent floor(log2 a) of a normal positive f32 (a subnormal gives -127).
-GRADCODEC_HD int exponent_of(float a) {
+GRADCODEC_HD_INLINE int exponent_of(float a) {
   return static_cast<int>((float_bits(a) >> 23) & 0xFFu) - 127;
 }
 
@@ -59,19 +59,24 @@ GRADCODEC_HD int exponent_of(float a) {
 //! even, or floor(t) + [u < t - floor(t)]), the code is ((max(e, emin) - emin) << m) + l,
 //! which carries into the next binade when l reaches 2^(m+1); then min(code, max_code).
 //! INT8: l from t = a * 64, at most 127.
-GRADCODEC_HD std::uint32_t magnitude_code(const minifloat& f, float a, bool stochastic, float u) {
+GRADCODEC_HD_INLINE std::uint32_t magnitude_code(const minifloat& f, float a, bool stochastic,
+                                                 float u) {
+  // The only branches test the format and the rounding, which are the same for a whole
+  // block, so a loop over a block's elements can vectorize.
   int shift;  // code = (shift << m) + l
   float t;
   if (f.integer) {
     shift = 0;
     t = fmul(a, 64.0f);
-    if (!(t < 256.0f)) return f.max_code;  // also keeps the float-to-int cast in range
+    t = t < 256.0f ? t : 256.0f;  // saturates below; keeps the float-to-int cast in range
   } else {
     const int e = exponent_of(a);
     const int base = e > f.emin() ? e : f.emin();
-    if (base > f.emax) return f.max_code;  // beyond the largest binade
     shift = base - f.emin();
-    t = fmul(a, pow2f(static_cast<int>(f.mantissa) - base));
+    // 2^(m - base) is a normal f32 (base <= 127). Past the largest binade, t still lies in
+    // [2^m, 2^(m+1)) and the code lands above max_code: the min below saturates it.
+    t = fmul(
+        a, bits_float(static_cast<std::uint32_t>(static_cast<int>(f.mantissa) - base + 127) << 23));
   }
   std::uint32_t l;
   if (stochastic) {
@@ -88,12 +93,12 @@ GRADCODEC_HD std::uint32_t magnitude_code(const minifloat& f, float a, bool stoc
 //! The code of a finite r: its magnitude code, with the sign bit (floating formats) or
 //! negated in two's complement (int8) when r < 0 and the magnitude code is not 0. A zero
 //! magnitude is always code 0 (+0).
-GRADCODEC_HD std::uint32_t element_code(const minifloat& f, float r, bool stochastic, float u) {
+GRADCODEC_HD_INLINE std::uint32_t element_code(const minifloat& f, float r, bool stochastic,
+                                               float u) {
   const bool negative = (float_bits(r) >> 31) != 0;
   const std::uint32_t mag = magnitude_code(f, fabs_bits(r), stochastic, u);
-  if (!negative || mag == 0) return mag;
-  if (f.integer) return (0u - mag) & 0xFFu;
-  return mag | f.sign_bit();
+  const std::uint32_t with_sign = f.integer ? (0u - mag) & 0xFFu : mag | f.sign_bit();
+  return negative && mag != 0 ? with_sign : mag;
 }
 
 //! The f32 value of any code of the format (exact): e4m3's S.1111.111 is NaN, e5m2's
