@@ -101,4 +101,19 @@ struct value_to_output {  //!< a decoded value stored, or fma-accumulated (canon
   }
 };
 
+struct buffer_load {  //!< input i from a buffer holding inputs begin, begin + 1, ...
+  const float* p;
+  std::uint64_t begin;
+  float operator()(std::uint64_t i) const { return p[i - begin]; }
+};
+struct residual_after_decode {  //!< residual[i] = p[i - begin] - x, as the generic composition
+  const float* p;
+  std::uint64_t begin;
+  void* residual;
+  dtype type;
+  void operator()(std::uint64_t i, float x) const {
+    detail::store_value(residual, type, i, p[i - begin] - detail::canonical_nan(x));
+  }
+};
+
 }  // namespace gradcodec::cpu

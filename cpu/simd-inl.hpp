@@ -526,7 +526,7 @@ GRADCODEC_VINLINE void vstore_any_n(void* base, dtype t, std::uint64_t i, vf16 a
   std::memcpy(static_cast<std::uint16_t*>(base) + i, tmp, n * 2u);
 }
 
-// ---- Lane-valued compare and unsigned max (quantizers) --------------------------------
+// ---- Lane-valued compare and unsigned max (quantizers, block scales) -----------------
 // vlt_bits gives a < b as a lane value (all ones / zero) instead of a mask16, so kernels can
 // add or mask with it directly: on AVX2 that avoids the mask16 round trip (movemask, then
 // re-expansion in vselect).
@@ -536,6 +536,9 @@ GRADCODEC_VINLINE vu16 vlt_bits(vf16 a, vf16 b) {
   return {_mm512_movm_epi32(_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ))};
 }
 GRADCODEC_VINLINE vu16 vmaxu(vu16 a, vu16 b) { return {_mm512_max_epu32(a.v, b.v)}; }
+GRADCODEC_VINLINE std::uint32_t vhmaxu(vu16 a) {
+  return static_cast<std::uint32_t>(_mm512_reduce_max_epu32(a.v));
+}
 #elif GRADCODEC_CPU_LEVEL == 1
 GRADCODEC_VINLINE vu16 vlt_bits(vf16 a, vf16 b) {
   return {_mm256_castps_si256(_mm256_cmp_ps(a.lo, b.lo, _CMP_LT_OQ)),
@@ -543,6 +546,13 @@ GRADCODEC_VINLINE vu16 vlt_bits(vf16 a, vf16 b) {
 }
 GRADCODEC_VINLINE vu16 vmaxu(vu16 a, vu16 b) {
   return {_mm256_max_epu32(a.lo, b.lo), _mm256_max_epu32(a.hi, b.hi)};
+}
+GRADCODEC_VINLINE std::uint32_t vhmaxu(vu16 a) {
+  __m256i m = _mm256_max_epu32(a.lo, a.hi);
+  __m128i q = _mm_max_epu32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  q = _mm_max_epu32(q, _mm_shuffle_epi32(q, 0x4E));
+  q = _mm_max_epu32(q, _mm_shuffle_epi32(q, 0xB1));
+  return static_cast<std::uint32_t>(_mm_cvtsi128_si32(q));
 }
 #else
 GRADCODEC_VINLINE vu16 vlt_bits(vf16 a, vf16 b) {
@@ -553,6 +563,40 @@ GRADCODEC_VINLINE vu16 vlt_bits(vf16 a, vf16 b) {
 GRADCODEC_VINLINE vu16 vmaxu(vu16 a, vu16 b) {
   vu16 r;
   for (int j = 0; j < 16; ++j) r.v[j] = a.v[j] > b.v[j] ? a.v[j] : b.v[j];
+  return r;
+}
+GRADCODEC_VINLINE std::uint32_t vhmaxu(vu16 a) {
+  std::uint32_t m = 0;
+  for (int j = 0; j < 16; ++j) m = a.v[j] > m ? a.v[j] : m;
+  return m;
+}
+#endif
+
+// ---- Lane exchange (Hadamard butterflies) ---------------------------------------------
+//! Lane j of the result is lane j ^ H of a (H = 1, 2, 4, 8).
+
+#if GRADCODEC_CPU_LEVEL == 2
+template <unsigned H>
+GRADCODEC_VINLINE vf16 vswap_lanes(vf16 a) {
+  if constexpr (H == 1) return {_mm512_permute_ps(a.v, 0xB1)};
+  if constexpr (H == 2) return {_mm512_permute_ps(a.v, 0x4E)};
+  if constexpr (H == 4) return {_mm512_shuffle_f32x4(a.v, a.v, 0xB1)};
+  return {_mm512_shuffle_f32x4(a.v, a.v, 0x4E)};
+}
+#elif GRADCODEC_CPU_LEVEL == 1
+template <unsigned H>
+GRADCODEC_VINLINE vf16 vswap_lanes(vf16 a) {
+  if constexpr (H == 1) return {_mm256_permute_ps(a.lo, 0xB1), _mm256_permute_ps(a.hi, 0xB1)};
+  if constexpr (H == 2) return {_mm256_permute_ps(a.lo, 0x4E), _mm256_permute_ps(a.hi, 0x4E)};
+  if constexpr (H == 4)
+    return {_mm256_permute2f128_ps(a.lo, a.lo, 0x01), _mm256_permute2f128_ps(a.hi, a.hi, 0x01)};
+  return {a.hi, a.lo};
+}
+#else
+template <unsigned H>
+GRADCODEC_VINLINE vf16 vswap_lanes(vf16 a) {
+  vf16 r;
+  for (unsigned j = 0; j < 16; ++j) r.v[j] = a.v[j ^ H];
   return r;
 }
 #endif

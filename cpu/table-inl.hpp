@@ -8,12 +8,12 @@
 #include "simd-inl.hpp"
 
 // Shared by several kernel families.
+#include "kernels/bitpack-inl.hpp"
+#include "kernels/philox-inl.hpp"
 #include "kernels/staged-inl.hpp"
 
-#include "kernels/bitpack-inl.hpp"
 #include "kernels/block_scaled-inl.hpp"
 #include "kernels/cast-inl.hpp"
-#include "kernels/philox-inl.hpp"
 #include "kernels/powersgd-inl.hpp"
 #include "kernels/quant-inl.hpp"
 #include "kernels/select-inl.hpp"
@@ -25,7 +25,7 @@ const detail::backend_table* table() noexcept {
   // A codec without an entry here runs on the reference backend under backend::automatic
   // and reports backend_unavailable under backend::cpu.
   constexpr detail::codec_ops block_scaled{block_scaled_workspace, block_scaled_encode,
-                                           block_scaled_decode, nullptr};
+                                           block_scaled_decode, block_scaled_encode_feedback};
   static const detail::backend_table t{
       GRADCODEC_CPU_NAME,
       {

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! The block-scaled codecs (mxfp8, mxfp6, mxfp4, mxint8, nvfp4, fp8row; docs/codecs.md
-//! "Block-scaled codecs") on the CPU: tasks of whole blocks in parallel, each block by the
-//! rules of blocks/block_scaled.hpp, so the bytes equal the reference's by construction.
+//! "Block-scaled codecs") on the CPU: tasks of whole blocks in parallel. Unrotated blocks
+//! whose chunks of 16 codes start on a byte go through the 16 lanes (the conversion of
+//! blocks/minifloat.hpp lane by lane: the same IEEE multiplies and integer steps); rotated
+//! blocks, and the last partial chunk of a block, through the per-block rules of
+//! blocks/block_scaled.hpp. Either way the bytes equal the reference's by construction.
 //! Error feedback uses the front end's generic composition.
 
 //! Blocks per task: about stream_grain elements, and a multiple of 4 blocks so that no two
@@ -37,11 +40,458 @@ inline void block_scaled_put_codes(std::uint8_t* stream, std::uint64_t begin, st
   for (; j < len; ++j) blocks::put_code(stream, begin + j, bits, codes[j]);
 }
 
-inline std::size_t block_scaled_workspace(const codec_spec&, const_tensor_view, operation) {
-  return 0;
+// ---- 16 lanes (unrotated blocks) ------------------------------------------------------
+
+//! Whether the blocks go through the lanes: every block's chunks of 16 codes start on a
+//! byte (so pack16 / unpack16 apply): 8-bit codes, or blocks of a multiple of 16 elements.
+//! Rotated: blocks of a multiple of 16 up to 256, rotated in a buffer (a shorter last
+//! block takes the scalar rule).
+inline bool block_scaled_lanes(const blocks::block_rule& r, std::uint64_t group) {
+  if (r.rotate) return group % 16 == 0 && group <= blocks::max_rotation_piece;
+  return r.element.bits == 8 || group % 16 == 0;
 }
 
-inline status block_scaled_encode(const detail::encode_call& c) {
+//! Calls fn.template operator()<Bits>() for the code width of every element format.
+template <class Fn>
+inline void block_scaled_with_bits(std::uint32_t bits, Fn&& fn) {
+  switch (bits) {
+    case 4: fn.template operator()<4>(); break;
+    case 6: fn.template operator()<6>(); break;
+    default: fn.template operator()<8>(); break;
+  }
+}
+
+//! Lanes that are all ones where x == k (x != k), zero elsewhere.
+GRADCODEC_VINLINE vu16 block_scaled_eq_bits(vu16 x, std::uint32_t k) {
+  return vminu(x ^ vset1u(k), vset1u(1)) - vset1u(1);
+}
+GRADCODEC_VINLINE vu16 block_scaled_ne_bits(vu16 x, std::uint32_t k) {
+  return vset1u(0) - vminu(x ^ vset1u(k), vset1u(1));
+}
+
+//! blocks::element_code for 16 finite inputs r (u: the uniforms of stochastic rounding).
+template <bool Stochastic>
+GRADCODEC_VINLINE vu16 block_scaled_codes(const blocks::minifloat& f, vf16 r, vf16 u) {
+  const vu16 rbits = vbits(r);
+  const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
+  const vf16 a = vfrombits(abits);
+  vu16 shift;
+  vf16 t;
+  if (f.integer) {
+    shift = vset1u(0);
+    t = vmin(a * vset1(64.0f), vset1(256.0f));
+  } else {
+    // Biased exponents: base = max(e, emin) + 127, t = a * 2^(m - base + 127).
+    const auto emin = static_cast<std::uint32_t>(f.emin() + 127);
+    const vu16 base = vmaxu(vshr(abits, 23), vset1u(emin));
+    shift = base - vset1u(emin);
+    t = a * vfrombits(vshl(vset1u(f.mantissa + 254u) - base, 23));
+  }
+  vu16 l;
+  if constexpr (Stochastic) {
+    const vf16 fl = vfloor(t);
+    l = vtrunc_u(fl) - vlt_bits(u, t - fl);  // all ones (-1) where u < t - fl
+  } else {
+    l = vtrunc_u((t + vset1(0x1p23f)) - vset1(0x1p23f));
+  }
+  const vu16 mag = vminu(vshl(shift, f.mantissa) + l, vset1u(f.max_code));
+  // All ones where r < 0 and the magnitude code is not 0.
+  const vu16 neg = (vset1u(0) - vshr(rbits, 31)) & block_scaled_ne_bits(mag, 0);
+  if (f.integer) return ((mag ^ neg) - neg) & vset1u(0xFFu);
+  return mag | (neg & vset1u(f.sign_bit()));
+}
+
+//! blocks::element_value of 16 codes: normal floating codes shift into an f32's fields and
+//! rebias, subnormal ones are m * 2^(emin - mantissa), int8 is k * 2^-6.
+GRADCODEC_VINLINE vf16 block_scaled_values(const blocks::minifloat& f, vu16 code) {
+  if (f.integer) {
+    const vu16 neg = vset1u(0) - vshr(code & vset1u(0x80u), 7);
+    const vu16 mag = code + (neg & (vset1u(256) - (code + code)));  // 256 - code if negative
+    return vfrombits(vbits(vto_f(mag) * vset1(0x1p-6f)) | (neg & vset1u(0x80000000u)));
+  }
+  const std::uint32_t m = f.mantissa;
+  const vu16 mag = code & vset1u(f.sign_bit() - 1u);
+  const vu16 efield = vshr(mag, m);
+  const vf16 normal =
+      vfrombits(vshl(mag, 23 - m) + vset1u(static_cast<std::uint32_t>(127 - f.bias) << 23));
+  const vf16 sub =
+      vto_f(mag & vset1u((1u << m) - 1u)) * vset1(blocks::pow2f(f.emin() - static_cast<int>(m)));
+  vu16 v = vbits(vselect_bits(block_scaled_eq_bits(efield, 0), sub, normal));
+  if (f.bits == 8 && m == 3) {  // e4m3: S.1111.111 is NaN
+    v = vbits(vselect_bits(block_scaled_eq_bits(mag, 0x7Fu),
+                           vfrombits(vset1u(detail::canonical_nan_bits)), vfrombits(v)));
+  } else if (f.bits == 8 && m == 2) {  // e5m2: exponent 31 is Inf (m = 0) or NaN
+    const vu16 special = vset1u(0x7F800000u) | (block_scaled_ne_bits(mag & vset1u(3u), 0) &
+                                                vset1u(detail::canonical_nan_bits));
+    v = vbits(vselect_bits(block_scaled_eq_bits(efield, 31), vfrombits(special), vfrombits(v)));
+  }
+  return vfrombits(v | vshl(code & vset1u(f.sign_bit()), 32 - f.bits));
+}
+
+//! Uniforms of the rounding stream drawn ahead in windows, for chunks of 16 from any index.
+struct block_scaled_uniforms {
+  static constexpr std::uint64_t window = 1024;  // a multiple of 16 * philox_uniform_step
+  const philox16_gen& gen;
+  std::uint64_t base = ~std::uint64_t{0};
+  alignas(64) float u[window];
+
+  explicit block_scaled_uniforms(const philox16_gen& g) : gen(g) {}
+
+  //! u for elements i .. i + 15.
+  vf16 at(std::uint64_t i) {
+    if (i < base || i + 16 > base + window) {
+      base = i & ~std::uint64_t{3};  // philox_uniforms starts on a multiple of 4
+      philox_uniforms(gen, base, window / 16, u);
+    }
+    return vload(u + (i - base));
+  }
+};
+
+// ---- Rotation on 16 lanes --------------------------------------------------------------
+// blocks/block_scaled.hpp's rotation of pieces of 16 * 2^k: the same flips, multiplies and
+// butterflies. Stages h < 16 stay inside a vector, so running them vector by vector before
+// the wider stages computes every value from the same operands.
+
+inline constexpr std::uint32_t block_scaled_lane_bit[16] = {
+    1u << 0, 1u << 1, 1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,
+    1u << 8, 1u << 9, 1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15};
+inline constexpr std::uint32_t block_scaled_lane_index[16] = {0, 1, 2,  3,  4,  5,  6,  7,
+                                                              8, 9, 10, 11, 12, 13, 14, 15};
+
+//! The rotation stream's numbers, 16 at a time: number k holds the flips of elements
+//! 32k .. 32k + 31 (blocks::rotation_flip).
+struct block_scaled_flips {
+  const philox16_gen& gen;
+  std::uint64_t base = ~std::uint64_t{0};
+  std::uint32_t words[16];
+
+  explicit block_scaled_flips(const philox16_gen& g) : gen(g) {}
+
+  //! The sign bit of lane j set where element i + j is negated (i a multiple of 16).
+  vu16 at(std::uint64_t i) {
+    const std::uint64_t k = i >> 5;
+    if (k < base || k >= base + 16) {
+      base = k & ~std::uint64_t{3};  // philox16 starts on a multiple of 4
+      vstore_u(words, philox16(gen, base));
+    }
+    const vu16 bits = vset1u(words[k - base] >> (i & 31u)) & vload_u(block_scaled_lane_bit);
+    return vshl(vminu(bits, vset1u(1)), 31);
+  }
+};
+
+//! One butterfly stage h = H inside a vector: (a, b) -> (a + b, a - b).
+template <unsigned H>
+GRADCODEC_VINLINE vf16 block_scaled_butterfly(vf16 w) {
+  const vf16 other = vswap_lanes<H>(w);
+  const vu16 upper = block_scaled_ne_bits(vload_u(block_scaled_lane_index) & vset1u(H), 0);
+  return vselect_bits(upper, other - w, w + other);
+}
+
+//! blocks::hadamard of w[0..m), m = 16 * 2^k.
+inline void block_scaled_hadamard(float* w, std::uint32_t m) {
+  for (std::uint32_t j = 0; j < m; j += 16) {
+    vf16 v = vload(w + j);
+    v = block_scaled_butterfly<1>(v);
+    v = block_scaled_butterfly<2>(v);
+    v = block_scaled_butterfly<4>(v);
+    v = block_scaled_butterfly<8>(v);
+    vstore(w + j, v);
+  }
+  for (std::uint32_t h = 16; h < m; h <<= 1)
+    for (std::uint32_t i = 0; i < m; i += 2 * h)
+      for (std::uint32_t j = i; j < i + h; j += 16) {
+        const vf16 a = vload(w + j), b = vload(w + j + h);
+        vstore(w + j, a + b);
+        vstore(w + j + h, a - b);
+      }
+}
+
+//! Encode side of a block of len (a multiple of 16) in w, its first element `begin`:
+//! each piece becomes H (D v / m).
+inline void block_scaled_rotate(float* w, std::uint64_t begin, std::uint64_t len,
+                                block_scaled_flips& flips) {
+  for (std::uint64_t off = 0; off < len;) {
+    const std::uint32_t m = blocks::rotation_piece(len - off);
+    const vf16 inv = vset1(blocks::pow2f(-std::countr_zero(m)));
+    for (std::uint32_t j = 0; j < m; j += 16)
+      vstore(w + off + j, vfrombits(vbits(vload(w + off + j)) ^ flips.at(begin + off + j)) * inv);
+    block_scaled_hadamard(w + off, m);
+    off += m;
+  }
+}
+//! Decode side: v = D H w per piece.
+inline void block_scaled_unrotate(float* w, std::uint64_t begin, std::uint64_t len,
+                                  block_scaled_flips& flips) {
+  for (std::uint64_t off = 0; off < len;) {
+    const std::uint32_t m = blocks::rotation_piece(len - off);
+    block_scaled_hadamard(w + off, m);
+    for (std::uint32_t j = 0; j < m; j += 16)
+      vstore(w + off + j, vfrombits(vbits(vload(w + off + j)) ^ flips.at(begin + off + j)));
+    off += m;
+  }
+}
+
+//! Encode input of the 16-lane path: v = in[i].
+template <dtype T>
+struct block_scaled_input {
+  const void* data;
+  GRADCODEC_VINLINE vf16 load(std::uint64_t i) const { return vload_typed<T>(data, i); }
+  GRADCODEC_VINLINE vf16 load_n(std::uint64_t i, unsigned cnt) const {
+    return vload_typed_n<T>(data, i, cnt);
+  }
+  float at(std::uint64_t i) const { return detail::load_value(data, T, i); }
+};
+//! Error-feedback input: p = g[i] + e[i] in f32, as in the generic composition.
+template <dtype G, dtype E>
+struct block_scaled_feedback_input {
+  const void* g;
+  const void* e;
+  GRADCODEC_VINLINE vf16 load(std::uint64_t i) const {
+    return vadd_nan_first(vload_typed<G>(g, i), vload_typed<E>(e, i));
+  }
+  GRADCODEC_VINLINE vf16 load_n(std::uint64_t i, unsigned cnt) const {
+    return vadd_nan_first(vload_typed_n<G>(g, i, cnt), vload_typed_n<E>(e, i, cnt));
+  }
+  float at(std::uint64_t i) const {
+    return blocks::fadd_nan_first(detail::load_value(g, G, i), detail::load_value(e, E, i));
+  }
+};
+//! Where an encode puts p - decoded(p): nowhere, or the residual of dtype E.
+struct block_scaled_no_residual {
+  static constexpr bool active = false;
+  void store(std::uint64_t, vf16) const {}
+  void store_one(std::uint64_t, float) const {}
+};
+template <dtype E>
+struct block_scaled_residual {
+  static constexpr bool active = true;
+  static constexpr dtype type = E;
+  void* data;
+  GRADCODEC_VINLINE void store(std::uint64_t i, vf16 x) const { vstore_typed<E>(data, i, x); }
+  void store_one(std::uint64_t i, float x) const { detail::store_value(data, E, i, x); }
+};
+
+//! The block's scan: finite when its largest magnitude's bits are below Inf's.
+template <class Src>
+inline blocks::block_scan block_scaled_scan_lanes(const Src& src, std::uint64_t begin,
+                                                  std::uint64_t len) {
+  const std::uint64_t whole = len & ~std::uint64_t{15};
+  vu16 m = vset1u(0);
+  for (std::uint64_t j = 0; j < whole; j += 16) m = vmaxu(m, vbits(vabs(src.load(begin + j))));
+  if (whole < len)
+    m = vmaxu(m, vbits(vabs(src.load_n(begin + whole, static_cast<unsigned>(len - whole)))));
+  const std::uint32_t amax = vhmaxu(m);
+  blocks::block_scan s;
+  s.finite = amax < 0x7F800000u;
+  if (s.finite) s.amax = blocks::bits_float(amax);
+  return s;
+}
+
+//! One unrotated block: its scan and stored scale, its codes written into the zeroed stream
+//! (none for a non-finite block or a zero quantizer), and with a residual, p minus the
+//! decoded value, as the generic composition computes it (values: every code's value).
+template <unsigned Bits, bool Stochastic, class Src, class Res>
+inline blocks::block_scan block_scaled_encode_lanes(
+    const blocks::block_rule& r, const blocks::counter_rng& rng, block_scaled_uniforms& uniforms,
+    float g, const Src& src, const Res& res, const float* values, std::uint64_t begin,
+    std::uint64_t len, std::uint8_t* stream, std::uint32_t& scale) {
+  const blocks::block_scan s = block_scaled_scan_lanes(src, begin, len);
+  scale = blocks::block_scale_bits(r, s, g);
+  const blocks::block_quantizer q = blocks::quantizer_of(r, scale, g);
+  const bool send = s.finite && !q.zero;  // a non-finite block's quantizer is zero too
+  if (!send && !Res::active) return s;
+  const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
+  const std::uint64_t whole = len & ~std::uint64_t{15};
+  for (std::uint64_t j = 0; j < whole; j += 16) {
+    const vf16 v = src.load(begin + j);
+    vu16 codes = vset1u(0);
+    if (send) {
+      const vf16 x = q.divide ? v / enc : v * enc;
+      const vf16 u = Stochastic ? uniforms.at(begin + j) : vzero();
+      codes = block_scaled_codes<Stochastic>(r.element, x, u);
+      pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
+    }
+    if constexpr (Res::active)
+      res.store(begin + j, v - vcanonical_nan(block_scaled_values(r.element, codes) * dec));
+  }
+  for (std::uint64_t i = begin + whole; i < begin + len; ++i) {
+    const float v = src.at(i);
+    const std::uint32_t code = send ? blocks::code_at(r, rng, q, i, v) : 0u;
+    if (send) blocks::put_code(stream, i, Bits, code);
+    if constexpr (Res::active)
+      res.store_one(i, v - detail::canonical_nan(blocks::fmul(values[code], q.dec)));
+  }
+  return s;
+}
+
+//! The scan of any block on the lanes path, rotated blocks' after rotation (what nvfp4's
+//! tensor scale is taken from).
+template <class Src>
+inline blocks::block_scan block_scaled_scan_block(const blocks::block_rule& r,
+                                                  const blocks::counter_rng& rng,
+                                                  block_scaled_flips& flips, const Src& src,
+                                                  std::uint64_t begin, std::uint64_t len) {
+  if (!r.rotate) return block_scaled_scan_lanes(src, begin, len);
+  alignas(64) float w[blocks::max_rotation_piece];
+  if (len % 16 != 0) {
+    for (std::uint64_t j = 0; j < len; ++j) w[j] = src.at(begin + j);
+    return blocks::scan_block(r, rng, begin, len, buffer_load{w, begin});
+  }
+  vu16 m = vset1u(0);
+  for (std::uint64_t j = 0; j < len; j += 16) {
+    const vf16 v = src.load(begin + j);
+    m = vmaxu(m, vbits(vabs(v)));
+    vstore(w + j, v);
+  }
+  blocks::block_scan s;
+  s.finite = vhmaxu(m) < 0x7F800000u;
+  if (!s.finite) return s;
+  block_scaled_rotate(w, begin, len, flips);
+  vu16 a = vset1u(0);
+  for (std::uint64_t j = 0; j < len; j += 16) a = vmaxu(a, vbits(vabs(vload(w + j))));
+  s.amax = blocks::bits_float(vhmaxu(a));
+  return s;
+}
+
+//! A rotated block of len (a multiple of 16, at most 256) through the lanes: as
+//! block_scaled_encode_lanes, the block loaded and rotated once into a buffer.
+template <unsigned Bits, bool Stochastic, class Src, class Res>
+inline blocks::block_scan block_scaled_encode_rotated(const blocks::block_rule& r,
+                                                      block_scaled_uniforms& uniforms,
+                                                      block_scaled_flips& flips, float g,
+                                                      const Src& src, const Res& res,
+                                                      std::uint64_t begin, std::uint64_t len,
+                                                      std::uint8_t* stream, std::uint32_t& scale) {
+  alignas(64) float w[blocks::max_rotation_piece];
+  alignas(64) float p[Res::active ? blocks::max_rotation_piece : 1];  // the inputs, kept
+  vu16 m = vset1u(0);
+  for (std::uint64_t j = 0; j < len; j += 16) {
+    const vf16 v = src.load(begin + j);
+    m = vmaxu(m, vbits(vabs(v)));
+    vstore(w + j, v);
+    if constexpr (Res::active) vstore(p + j, v);
+  }
+  blocks::block_scan s;
+  s.finite = vhmaxu(m) < 0x7F800000u;
+  if (s.finite) {
+    block_scaled_rotate(w, begin, len, flips);
+    vu16 a = vset1u(0);
+    for (std::uint64_t j = 0; j < len; j += 16) a = vmaxu(a, vbits(vabs(vload(w + j))));
+    s.amax = blocks::bits_float(vhmaxu(a));
+  }
+  scale = blocks::block_scale_bits(r, s, g);
+  const blocks::block_quantizer q = blocks::quantizer_of(r, scale, g);
+  const bool send = s.finite && !q.zero;
+  if (!send && !Res::active) return s;
+  const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
+  for (std::uint64_t j = 0; j < len; j += 16) {
+    vu16 codes = vset1u(0);
+    if (send) {
+      const vf16 v = vload(w + j);
+      const vf16 x = q.divide ? v / enc : v * enc;
+      const vf16 u = Stochastic ? uniforms.at(begin + j) : vzero();
+      codes = block_scaled_codes<Stochastic>(r.element, x, u);
+      pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
+    }
+    if constexpr (Res::active) vstore(w + j, block_scaled_values(r.element, codes) * dec);
+  }
+  if constexpr (Res::active) {
+    block_scaled_unrotate(w, begin, len, flips);
+    for (std::uint64_t j = 0; j < len; j += 16)
+      res.store(begin + j, vload(p + j) - vcanonical_nan(vload(w + j)));
+  }
+  return s;
+}
+
+//! A block the lanes do not take (a rotated last block shorter than 16 * k), by the scalar
+//! rule from a buffer of its inputs (len <= 256).
+template <class Src, class Res>
+inline blocks::block_scan block_scaled_encode_scalar(const blocks::block_rule& r,
+                                                     const blocks::counter_rng& rng, float g,
+                                                     const Src& src, const Res& res,
+                                                     const float* values, std::uint64_t begin,
+                                                     std::uint64_t len, std::uint8_t* stream,
+                                                     std::uint32_t& scale) {
+  float p[blocks::max_rotation_piece];
+  std::uint32_t codes[blocks::max_rotation_piece];
+  for (std::uint64_t j = 0; j < len; ++j) p[j] = src.at(begin + j);
+  const blocks::block_scan s = blocks::encode_block(r, rng, g, begin, len, buffer_load{p, begin},
+                                                    scale, code_to_buffer{codes, begin});
+  if (s.finite) block_scaled_put_codes(stream, begin, len, r.element.bits, codes);
+  if constexpr (Res::active)
+    blocks::decode_block(r, rng, blocks::quantizer_of(r, scale, g), begin, len,
+                         element_from_table{values, stream, r.element.bits},
+                         residual_after_decode{p, begin, res.data, Res::type});
+  return s;
+}
+
+//! One unrotated block decoded: x = value(code) * dec, stored or fma-accumulated.
+template <dtype T, unsigned Bits, bool Accumulate>
+inline void block_scaled_decode_lanes(const blocks::block_rule& r, const blocks::block_quantizer& q,
+                                      const float* values, const std::uint8_t* stream,
+                                      std::uint64_t begin, std::uint64_t len, tensor_view out,
+                                      float alpha) {
+  const vf16 dec = vset1(q.dec);
+  const std::uint64_t whole = len & ~std::uint64_t{15};
+  for (std::uint64_t j = 0; j < whole; j += 16) {
+    const vu16 codes =
+        unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) + (begin + j) * Bits / 8);
+    vf16 x = block_scaled_values(r.element, codes) * dec;
+    if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j));
+    vstore_typed<T>(out.data, begin + j, vcanonical_nan(x));
+  }
+  const value_to_output emit{out, alpha, Accumulate};
+  for (std::uint64_t i = begin + whole; i < begin + len; ++i)
+    emit(i, blocks::fmul(values[blocks::get_code(stream, i, Bits)], q.dec));
+}
+
+//! Every code's value (element_value), once per call: the scalar paths look codes up here.
+struct block_scaled_values_table {
+  float v[256];
+  explicit block_scaled_values_table(const blocks::minifloat& f) {
+    for (std::uint32_t k = 0; k < (1u << f.bits); ++k) v[k] = blocks::element_value(f, k);
+  }
+};
+
+//! Error feedback outside the 16-lane path needs p = g + e for the whole tensor.
+//! A rotated block of a multiple of 16 elements decoded through the lanes, piece by piece.
+template <dtype T, unsigned Bits, bool Accumulate>
+inline void block_scaled_decode_rotated(const blocks::block_rule& r,
+                                        const blocks::block_quantizer& q, block_scaled_flips& flips,
+                                        const std::uint8_t* stream, std::uint64_t begin,
+                                        std::uint64_t len, tensor_view out, float alpha) {
+  alignas(64) float w[blocks::max_rotation_piece];
+  const vf16 dec = vset1(q.dec);
+  for (std::uint64_t off = 0; off < len;) {
+    const std::uint32_t m = blocks::rotation_piece(len - off);
+    const std::uint64_t first = begin + off;
+    for (std::uint32_t j = 0; j < m; j += 16)
+      vstore(w + j, block_scaled_values(r.element,
+                                        unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) +
+                                                       (first + j) * Bits / 8)) *
+                        dec);
+    block_scaled_unrotate(w, first, m, flips);
+    for (std::uint32_t j = 0; j < m; j += 16) {
+      vf16 x = vload(w + j);
+      if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, first + j));
+      vstore_typed<T>(out.data, first + j, vcanonical_nan(x));
+    }
+    off += m;
+  }
+}
+
+inline std::size_t block_scaled_workspace(const codec_spec& spec, const_tensor_view in,
+                                          operation op) {
+  if (op != operation::encode_with_feedback) return 0;
+  const std::uint64_t group = detail::block_scaled_group(spec, in.n, in.rows);
+  return block_scaled_lanes(detail::block_rule_of(spec), group) ? 0 : in.n * sizeof(float);
+}
+
+//! Encode, or with a residual (Feedback) the fused error-feedback encode, of any block-scaled
+//! spec. The scalar path's feedback encodes p = g + e from the workspace and then subtracts
+//! the decoded blocks, which is the generic composition without its decoded buffer.
+template <bool Feedback>
+inline status block_scaled_run(const detail::encode_call& c, tensor_view residual) {
   const std::uint64_t n = c.in.n;
   const blocks::block_rule rule = detail::block_rule_of(c.spec);
   const std::uint64_t group = detail::block_scaled_group(c.spec, n, c.in.rows);
@@ -49,58 +499,141 @@ inline status block_scaled_encode(const detail::encode_call& c) {
   if (l.total > c.capacity) return too_small();
   std::memset(c.payload, 0, l.total);
   auto* payload = reinterpret_cast<std::uint8_t*>(c.payload);
+  std::uint8_t* stream = payload + l.codes_offset;
   const auto rng = blocks::counter_rng::make(c.ctx.seed, c.ctx.step, c.ctx.tensor_id);
   if (rule.rotate) blocks::write_rng_key(rng, payload + l.key_offset);
   const std::uint64_t per = block_scaled_blocks_per_task(group);
   const std::uint64_t tasks = blocks::ceil_div(l.blocks, per);
   const int threads = threads_for(c.threads, tasks);
+  const bool lanes = block_scaled_lanes(rule, group);
+  const block_scaled_values_table values(rule.element);
   const auto span_of = [&](std::uint64_t b) {
     const std::uint64_t begin = b * group;
     return std::pair{begin, std::min(n - begin, group)};
+  };
+  const auto task_blocks = [&](std::uint64_t t) {
+    return std::pair{t * per, std::min(l.blocks, (t + 1) * per)};
+  };
+
+  // The input the blocks quantize: in (or p = g + e from the workspace), or on the lanes
+  // the 16-lane source of in or of g + e.
+  const_tensor_view in = c.in;
+  if (Feedback && !lanes) {
+    auto* p = reinterpret_cast<float*>(c.workspace.data());
+    parallel_for(threads, tasks, [&](std::uint64_t t) {
+      const auto [b0, b1] = task_blocks(t);
+      for (std::uint64_t i = b0 * group; i < std::min(n, b1 * group); ++i)
+        p[i] = blocks::fadd_nan_first(detail::load_value(c.in.data, c.in.type, i),
+                                      detail::load_value(residual.data, residual.type, i));
+    });
+    in = {p, n, dtype::f32, c.in.rows};
+  }
+  // Calls fn(src, res) with the lanes' source and residual sink, for the run-time dtypes.
+  const auto with_lanes = [&](auto&& fn) {
+    with_dtype(c.in.type, [&]<dtype G>() {
+      if constexpr (Feedback)
+        with_dtype(residual.type, [&]<dtype E>() {
+          fn(block_scaled_feedback_input<G, E>{c.in.data, residual.data},
+             block_scaled_residual<E>{residual.data});
+        });
+      else
+        fn(block_scaled_input<G>{c.in.data}, block_scaled_no_residual{});
+    });
   };
 
   float g = 0.0f;
   if (rule.tensor_scale) {
     // Non-negative floats order as their bits.
     std::atomic<std::uint32_t> amax_bits{0};
-    parallel_for(threads, tasks, [&](std::uint64_t t) {
-      float a = 0.0f;
-      for (std::uint64_t b = t * per; b < std::min(l.blocks, (t + 1) * per); ++b) {
-        const auto [begin, len] = span_of(b);
-        const blocks::block_scan s =
-            blocks::scan_block(rule, rng, begin, len, any_load{c.in.data, c.in.type});
-        if (s.finite && s.amax > a) a = s.amax;
-      }
-      std::uint32_t seen = amax_bits.load(std::memory_order_relaxed);
-      const std::uint32_t mine = blocks::float_bits(a);
-      while (mine > seen && !amax_bits.compare_exchange_weak(seen, mine)) {
-      }
-    });
+    const auto scan_tasks = [&](const auto& scan) {
+      parallel_for(threads, tasks, [&](std::uint64_t t) {
+        float a = 0.0f;
+        const auto [b0, b1] = task_blocks(t);
+        for (std::uint64_t b = b0; b < b1; ++b) {
+          const auto [begin, len] = span_of(b);
+          const blocks::block_scan s = scan(begin, len);
+          if (s.finite && s.amax > a) a = s.amax;
+        }
+        std::uint32_t seen = amax_bits.load(std::memory_order_relaxed);
+        const std::uint32_t mine = blocks::float_bits(a);
+        while (mine > seen && !amax_bits.compare_exchange_weak(seen, mine)) {
+        }
+      });
+    };
+    if (lanes)
+      with_lanes([&](const auto& src, const auto&) {
+        const philox16_gen rotation = philox16_make(rng, blocks::rng_stream::rotation);
+        scan_tasks([&](std::uint64_t begin, std::uint64_t len) {
+          block_scaled_flips flips(rotation);
+          return block_scaled_scan_block(rule, rng, flips, src, begin, len);
+        });
+      });
+    else
+      scan_tasks([&](std::uint64_t begin, std::uint64_t len) {
+        return blocks::scan_block(rule, rng, begin, len, any_load{in.data, in.type});
+      });
     g = blocks::nvfp4_tensor_scale(blocks::bits_float(amax_bits.load()));
     std::memcpy(payload + l.tensor_scale_offset, &g, 4);
   }
 
   std::atomic<bool> nonfinite{false};
-  block_scaled_with_input(c.in, [&](const auto& in) {
-    parallel_for(threads, tasks, [&](std::uint64_t t) {
-      std::uint32_t codes[blocks::max_rotation_piece];  // a short block's codes, then packed
-      for (std::uint64_t b = t * per; b < std::min(l.blocks, (t + 1) * per); ++b) {
-        const auto [begin, len] = span_of(b);
-        const bool buffered = len <= blocks::max_rotation_piece;
-        std::uint32_t scale = 0;
-        const blocks::block_scan s =
-            buffered
-                ? blocks::encode_block(rule, rng, g, begin, len, in, scale,
-                                       code_to_buffer{codes, begin})
-                : blocks::encode_block(rule, rng, g, begin, len, in, scale,
-                                       code_to_stream{payload + l.codes_offset, rule.element.bits});
-        blocks::put_block_scale(rule, payload + l.scales_offset, b, scale);
-        if (!s.finite) nonfinite.store(true, std::memory_order_relaxed);
-        if (buffered && s.finite)
-          block_scaled_put_codes(payload + l.codes_offset, begin, len, rule.element.bits, codes);
-      }
+  if (lanes) {
+    const philox16_gen gen = philox16_make(rng, blocks::rng_stream::rounding);
+    const philox16_gen rotation = philox16_make(rng, blocks::rng_stream::rotation);
+    with_lanes([&](const auto& src, const auto& res) {
+      block_scaled_with_bits(rule.element.bits, [&]<unsigned Bits>() {
+        const auto run = [&]<bool Stochastic>() {
+          parallel_for(threads, tasks, [&](std::uint64_t t) {
+            block_scaled_uniforms uniforms(gen);
+            block_scaled_flips flips(rotation);
+            const auto [b0, b1] = task_blocks(t);
+            for (std::uint64_t b = b0; b < b1; ++b) {
+              const auto [begin, len] = span_of(b);
+              std::uint32_t scale = 0;
+              const blocks::block_scan s =
+                  !rule.rotate
+                      ? block_scaled_encode_lanes<Bits, Stochastic>(
+                            rule, rng, uniforms, g, src, res, values.v, begin, len, stream, scale)
+                  : len % 16 == 0
+                      ? block_scaled_encode_rotated<Bits, Stochastic>(
+                            rule, uniforms, flips, g, src, res, begin, len, stream, scale)
+                      : block_scaled_encode_scalar(rule, rng, g, src, res, values.v, begin, len,
+                                                   stream, scale);
+              blocks::put_block_scale(rule, payload + l.scales_offset, b, scale);
+              if (!s.finite) nonfinite.store(true, std::memory_order_relaxed);
+            }
+          });
+        };
+        rule.stochastic ? run.template operator()<true>() : run.template operator()<false>();
+      });
     });
-  });
+  } else {
+    block_scaled_with_input(in, [&](const auto& load) {
+      parallel_for(threads, tasks, [&](std::uint64_t t) {
+        std::uint32_t codes[blocks::max_rotation_piece];  // a short block's codes, then packed
+        const auto [b0, b1] = task_blocks(t);
+        for (std::uint64_t b = b0; b < b1; ++b) {
+          const auto [begin, len] = span_of(b);
+          const bool buffered = len <= blocks::max_rotation_piece;
+          std::uint32_t scale = 0;
+          const blocks::block_scan s =
+              buffered ? blocks::encode_block(rule, rng, g, begin, len, load, scale,
+                                              code_to_buffer{codes, begin})
+                       : blocks::encode_block(rule, rng, g, begin, len, load, scale,
+                                              code_to_stream{stream, rule.element.bits});
+          blocks::put_block_scale(rule, payload + l.scales_offset, b, scale);
+          if (!s.finite) nonfinite.store(true, std::memory_order_relaxed);
+          if (buffered && s.finite)
+            block_scaled_put_codes(stream, begin, len, rule.element.bits, codes);
+          if constexpr (Feedback)
+            blocks::decode_block(rule, rng, blocks::quantizer_of(rule, scale, g), begin, len,
+                                 element_from_table{values.v, stream, rule.element.bits},
+                                 residual_after_decode{static_cast<const float*>(in.data), 0,
+                                                       residual.data, residual.type});
+        }
+      });
+    });
+  }
   if (nonfinite.load()) c.hdr.flags |= flag_nonfinite;
   c.hdr.group = static_cast<std::uint32_t>(group);
   c.hdr.level = static_cast<std::uint16_t>(c.spec.fmt);
@@ -109,31 +642,65 @@ inline status block_scaled_encode(const detail::encode_call& c) {
   return {};
 }
 
+inline status block_scaled_encode(const detail::encode_call& c) {
+  return block_scaled_run<false>(c, {});
+}
+inline status block_scaled_encode_feedback(const detail::feedback_call& f) {
+  return block_scaled_run<true>(f.enc, f.residual);
+}
+
 inline status block_scaled_decode(const detail::decode_call& c) {
   const std::uint64_t n = c.hdr.n, group = c.hdr.group;
   const blocks::block_rule rule =
       blocks::block_rule_of(c.hdr.codec, static_cast<element_format>(c.hdr.level), c.hdr.mode);
   const blocks::block_scaled_layout l = blocks::layout_of(rule, n, group);
   const auto* payload = reinterpret_cast<const std::uint8_t*>(c.payload);
+  const std::uint8_t* stream = payload + l.codes_offset;
   const blocks::counter_rng rng =
       rule.rotate ? blocks::read_rng_key(payload + l.key_offset) : blocks::counter_rng{};
   float g = 0.0f;
   if (rule.tensor_scale) std::memcpy(&g, payload + l.tensor_scale_offset, 4);
-  // Every code's value, once per call: element_value's bits from a table.
-  float values[256];
-  for (std::uint32_t k = 0; k < (1u << rule.element.bits); ++k)
-    values[k] = blocks::element_value(rule.element, k);
+  const block_scaled_values_table values(rule.element);
   const std::uint64_t per = block_scaled_blocks_per_task(group);
   const std::uint64_t tasks = blocks::ceil_div(l.blocks, per);
-  parallel_for(threads_for(c.threads, tasks), tasks, [&](std::uint64_t t) {
-    for (std::uint64_t b = t * per; b < std::min(l.blocks, (t + 1) * per); ++b) {
-      const std::uint64_t begin = b * group;
-      const auto q = blocks::quantizer_of(
-          rule, blocks::get_block_scale(rule, payload + l.scales_offset, b), g);
-      blocks::decode_block(rule, rng, q, begin, std::min(n - begin, group),
-                           element_from_table{values, payload + l.codes_offset, rule.element.bits},
-                           value_to_output{c.out, c.alpha, c.accumulate});
-    }
+  const int threads = threads_for(c.threads, tasks);
+  const auto quantizer = [&](std::uint64_t b) {
+    return blocks::quantizer_of(rule, blocks::get_block_scale(rule, payload + l.scales_offset, b),
+                                g);
+  };
+  const auto decode_scalar = [&](std::uint64_t b) {
+    const std::uint64_t begin = b * group;
+    blocks::decode_block(rule, rng, quantizer(b), begin, std::min(n - begin, group),
+                         element_from_table{values.v, stream, rule.element.bits},
+                         value_to_output{c.out, c.alpha, c.accumulate});
+  };
+  if (block_scaled_lanes(rule, group)) {
+    const philox16_gen rotation = philox16_make(rng, blocks::rng_stream::rotation);
+    with_dtype(c.out.type, [&]<dtype T>() {
+      block_scaled_with_bits(rule.element.bits, [&]<unsigned Bits>() {
+        const auto run = [&]<bool Accumulate>() {
+          parallel_for(threads, tasks, [&](std::uint64_t t) {
+            block_scaled_flips flips(rotation);
+            for (std::uint64_t b = t * per; b < std::min(l.blocks, (t + 1) * per); ++b) {
+              const std::uint64_t begin = b * group, len = std::min(n - begin, group);
+              if (!rule.rotate)
+                block_scaled_decode_lanes<T, Bits, Accumulate>(rule, quantizer(b), values.v, stream,
+                                                               begin, len, c.out, c.alpha);
+              else if (len % 16 == 0)
+                block_scaled_decode_rotated<T, Bits, Accumulate>(rule, quantizer(b), flips, stream,
+                                                                 begin, len, c.out, c.alpha);
+              else
+                decode_scalar(b);
+            }
+          });
+        };
+        c.accumulate ? run.template operator()<true>() : run.template operator()<false>();
+      });
+    });
+    return {};
+  }
+  parallel_for(threads, tasks, [&](std::uint64_t t) {
+    for (std::uint64_t b = t * per; b < std::min(l.blocks, (t + 1) * per); ++b) decode_scalar(b);
   });
   return {};
 }

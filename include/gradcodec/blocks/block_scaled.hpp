@@ -5,6 +5,9 @@
 //! scale per tensor) and fp8row (an f32 scale per row), and their optional randomized
 //! Hadamard rotation (docs/codecs.md "Block-scaled codecs"). Host and device: every
 //! backend and a fused kernel outside the library compute the same codes with these.
+//! The per-block scale steps are forced inline (GRADCODEC_HD_INLINE): a SIMD backend calls
+//! them once per block, and an out-of-line copy compiled for the baseline ISA then costs a
+//! vector-state transition per call.
 #pragma once
 
 #include <cstdint>
@@ -69,19 +72,19 @@ GRADCODEC_HD constexpr bool element_allowed(codec_id c, element_format f) {
 }
 
 //! The largest finite element value (e4m3 448, e5m2 57344, ..., int8 127/64).
-GRADCODEC_HD float max_element(const minifloat& f) { return element_value(f, f.max_code); }
+GRADCODEC_HD_INLINE float max_element(const minifloat& f) { return element_value(f, f.max_code); }
 
 //! E8M0 scale code of a block whose largest |v| is amax (finite): the OCP rule
 //! 2^(floor(log2 amax) - emax) as code floor(log2 amax) - emax + 127 clamped to [0, 254];
 //! amax = 0 (and subnormal amax) give the smallest, 0.
-GRADCODEC_HD std::uint32_t e8m0_code(float amax, const minifloat& f) {
+GRADCODEC_HD_INLINE std::uint32_t e8m0_code(float amax, const minifloat& f) {
   const int e = exponent_of(amax);  // -127 for 0 and subnormals
   const int code = e - f.emax + 127;
   return static_cast<std::uint32_t>(code < 0 ? 0 : (code > 254 ? 254 : code));
 }
 inline constexpr std::uint32_t e8m0_nan = 0xFFu;
 //! The scale of an nvfp4 tensor whose largest finite |v| is amax: amax / (6 * 448).
-GRADCODEC_HD float nvfp4_tensor_scale(float amax) { return fdiv(amax, 2688.0f); }
+GRADCODEC_HD_INLINE float nvfp4_tensor_scale(float amax) { return fdiv(amax, 2688.0f); }
 inline constexpr std::uint32_t e4m3_nan = 0x7Fu;
 
 //! How one block's values become element inputs r and codes become values. Encode:
@@ -93,7 +96,7 @@ struct block_quantizer {
   float enc = 0.0f, dec = 0.0f;
 
   //! e8m0 from its code.
-  GRADCODEC_HD static block_quantizer e8m0(std::uint32_t code) {
+  GRADCODEC_HD_INLINE static block_quantizer e8m0(std::uint32_t code) {
     block_quantizer q;
     if (code == e8m0_nan) {
       q.zero = true;
@@ -106,7 +109,7 @@ struct block_quantizer {
   }
   //! e4m3 (nvfp4) and f32 (fp8row): the divisor d (nvfp4: the block's E4M3 value times the
   //! tensor scale, fmul(s, g)); a zero or non-finite d sends zeros.
-  GRADCODEC_HD static block_quantizer divisor(float d) {
+  GRADCODEC_HD_INLINE static block_quantizer divisor(float d) {
     block_quantizer q;
     q.divide = true;
     q.zero = !(d > 0.0f) || !is_finite(d);
@@ -124,15 +127,15 @@ struct block_quantizer {
 //! The f32 divisor of an nvfp4 block whose largest |v| (after rotation) is amax, given
 //! the tensor scale g: its E4M3 code s = e4m3(amax / 6 / g) (nearest even, saturating),
 //! then fmul(value(s), g).
-GRADCODEC_HD std::uint32_t nvfp4_block_code(float amax, float g) {
+GRADCODEC_HD_INLINE std::uint32_t nvfp4_block_code(float amax, float g) {
   if (!(g > 0.0f)) return 0;
   return element_code(minifloat_of(element_format::e4m3), fdiv(fdiv(amax, 6.0f), g), false, 0.0f);
 }
-GRADCODEC_HD float nvfp4_divisor(std::uint32_t block_code, float g) {
+GRADCODEC_HD_INLINE float nvfp4_divisor(std::uint32_t block_code, float g) {
   return fmul(element_value(minifloat_of(element_format::e4m3), block_code), g);
 }
 //! The f32 scale of an fp8row row whose largest |v| is amax: amax / max_element.
-GRADCODEC_HD float row_scale(float amax, const minifloat& f) { return fdiv(amax, max_element(f)); }
+GRADCODEC_HD_INLINE float row_scale(float amax, const minifloat& f) { return fdiv(amax, max_element(f)); }
 
 // ---- Rotation -------------------------------------------------------------------------
 
@@ -231,7 +234,7 @@ GRADCODEC_HD block_scan scan_block(const block_rule& r, const counter_rng& rng, 
 
 //! The stored scale of a block (E8M0 or E4M3 code, or f32 bits), NaN for a non-finite one;
 //! g is nvfp4's tensor scale.
-GRADCODEC_HD std::uint32_t block_scale_bits(const block_rule& r, const block_scan& s, float g) {
+GRADCODEC_HD_INLINE std::uint32_t block_scale_bits(const block_rule& r, const block_scan& s, float g) {
   switch (r.scale) {
     case block_scale::e8m0: return s.finite ? e8m0_code(s.amax, r.element) : e8m0_nan;
     case block_scale::e4m3: return s.finite ? nvfp4_block_code(s.amax, g) : e4m3_nan;
@@ -240,7 +243,7 @@ GRADCODEC_HD std::uint32_t block_scale_bits(const block_rule& r, const block_sca
   }
   return 0;
 }
-GRADCODEC_HD block_quantizer quantizer_of(const block_rule& r, std::uint32_t scale_bits, float g) {
+GRADCODEC_HD_INLINE block_quantizer quantizer_of(const block_rule& r, std::uint32_t scale_bits, float g) {
   switch (r.scale) {
     case block_scale::e8m0: return block_quantizer::e8m0(scale_bits);
     case block_scale::e4m3: return block_quantizer::divisor(nvfp4_divisor(scale_bits, g));
@@ -248,12 +251,12 @@ GRADCODEC_HD block_quantizer quantizer_of(const block_rule& r, std::uint32_t sca
   }
   return {};
 }
-GRADCODEC_HD void put_block_scale(const block_rule& r, std::uint8_t* scales, std::uint64_t b,
+GRADCODEC_HD_INLINE void put_block_scale(const block_rule& r, std::uint8_t* scales, std::uint64_t b,
                                   std::uint32_t bits) {
   for (std::uint32_t k = 0; k < r.scale_bytes; ++k)
     scales[b * r.scale_bytes + k] = static_cast<std::uint8_t>(bits >> (8 * k));
 }
-GRADCODEC_HD std::uint32_t get_block_scale(const block_rule& r, const std::uint8_t* scales,
+GRADCODEC_HD_INLINE std::uint32_t get_block_scale(const block_rule& r, const std::uint8_t* scales,
                                            std::uint64_t b) {
   std::uint32_t bits = 0;
   for (std::uint32_t k = 0; k < r.scale_bytes; ++k)

@@ -44,7 +44,7 @@ GRADCODEC_HD constexpr minifloat minifloat_of(element_format f) {
 }
 
 //! 2^k as an f32 for -149 <= k <= 127 (a subnormal below -126): exact.
-GRADCODEC_HD float pow2f(int k) {
+GRADCODEC_HD_INLINE float pow2f(int k) {
   if (k >= -126) return bits_float(static_cast<std::uint32_t>(k + 127) << 23);
   return bits_float(1u << (k + 149));
 }
@@ -103,7 +103,7 @@ GRADCODEC_HD_INLINE std::uint32_t element_code(const minifloat& f, float r, bool
 
 //! The f32 value of any code of the format (exact): e4m3's S.1111.111 is NaN, e5m2's
 //! exponent 31 is Inf or NaN, int8 code 0x80 is -2.
-GRADCODEC_HD float element_value(const minifloat& f, std::uint32_t code) {
+GRADCODEC_HD_INLINE float element_value(const minifloat& f, std::uint32_t code) {
   if (f.integer) {
     const int k = static_cast<int>(code & 0xFFu) - ((code & 0x80u) ? 256 : 0);
     return fmul(static_cast<float>(k), 0x1p-6f);
