@@ -71,7 +71,7 @@ GRADCODEC_VINLINE vu16 block_scaled_ne_bits(vu16 x, std::uint32_t k) {
 
 //! blocks::element_code for 16 finite inputs r (u: the uniforms of stochastic rounding).
 template <bool Stochastic>
-GRADCODEC_VINLINE vu16 block_scaled_codes(const blocks::minifloat& f, vf16 r, vf16 u) {
+GRADCODEC_VINLINE vu16 block_scaled_codes(blocks::minifloat f, vf16 r, vf16 u) {
   const vu16 rbits = vbits(r);
   const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
   const vf16 a = vfrombits(abits);
@@ -103,7 +103,7 @@ GRADCODEC_VINLINE vu16 block_scaled_codes(const blocks::minifloat& f, vf16 r, vf
 
 //! blocks::element_value of 16 codes: normal floating codes shift into an f32's fields and
 //! rebias, subnormal ones are m * 2^(emin - mantissa), int8 is k * 2^-6.
-GRADCODEC_VINLINE vf16 block_scaled_values(const blocks::minifloat& f, vu16 code) {
+GRADCODEC_VINLINE vf16 block_scaled_values(blocks::minifloat f, vu16 code) {
   if (f.integer) {
     const vu16 neg = vset1u(0) - vshr(code & vset1u(0x80u), 7);
     const vu16 mag = code + (neg & (vset1u(256) - (code + code)));  // 256 - code if negative
@@ -273,8 +273,8 @@ struct block_scaled_residual {
 
 //! The block's scan: finite when its largest magnitude's bits are below Inf's.
 template <class Src>
-inline blocks::block_scan block_scaled_scan_lanes(const Src& src, std::uint64_t begin,
-                                                  std::uint64_t len) {
+GRADCODEC_VINLINE blocks::block_scan block_scaled_scan_lanes(const Src& src, std::uint64_t begin,
+                                                             std::uint64_t len) {
   const std::uint64_t whole = len & ~std::uint64_t{15};
   vu16 m = vset1u(0);
   for (std::uint64_t j = 0; j < whole; j += 16) m = vmaxu(m, vbits(vabs(src.load(begin + j))));
@@ -291,10 +291,11 @@ inline blocks::block_scan block_scaled_scan_lanes(const Src& src, std::uint64_t 
 //! (none for a non-finite block or a zero quantizer), and with a residual, p minus the
 //! decoded value, as the generic composition computes it (values: every code's value).
 template <unsigned Bits, bool Stochastic, class Src, class Res>
-inline blocks::block_scan block_scaled_encode_lanes(
+GRADCODEC_VINLINE blocks::block_scan block_scaled_encode_lanes(
     const blocks::block_rule& r, const blocks::counter_rng& rng, block_scaled_uniforms& uniforms,
     float g, const Src& src, const Res& res, const float* values, std::uint64_t begin,
     std::uint64_t len, std::uint8_t* stream, std::uint32_t& scale) {
+  const blocks::minifloat f = r.element;  // a local: the stores below cannot change it
   const blocks::block_scan s = block_scaled_scan_lanes(src, begin, len);
   scale = blocks::block_scale_bits(r, s, g);
   const blocks::block_quantizer q = blocks::quantizer_of(r, scale, g);
@@ -308,11 +309,11 @@ inline blocks::block_scan block_scaled_encode_lanes(
     if (send) {
       const vf16 x = q.divide ? v / enc : v * enc;
       const vf16 u = Stochastic ? uniforms.at(begin + j) : vzero();
-      codes = block_scaled_codes<Stochastic>(r.element, x, u);
+      codes = block_scaled_codes<Stochastic>(f, x, u);
       pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
     }
     if constexpr (Res::active)
-      res.store(begin + j, v - vcanonical_nan(block_scaled_values(r.element, codes) * dec));
+      res.store(begin + j, v - vcanonical_nan(block_scaled_values(f, codes) * dec));
   }
   for (std::uint64_t i = begin + whole; i < begin + len; ++i) {
     const float v = src.at(i);
@@ -427,16 +428,16 @@ inline blocks::block_scan block_scaled_encode_scalar(const blocks::block_rule& r
 
 //! One unrotated block decoded: x = value(code) * dec, stored or fma-accumulated.
 template <dtype T, unsigned Bits, bool Accumulate>
-inline void block_scaled_decode_lanes(const blocks::block_rule& r, const blocks::block_quantizer& q,
-                                      const float* values, const std::uint8_t* stream,
-                                      std::uint64_t begin, std::uint64_t len, tensor_view out,
-                                      float alpha) {
+GRADCODEC_VINLINE void block_scaled_decode_lanes(blocks::minifloat f, blocks::block_quantizer q,
+                                                 const float* values, const std::uint8_t* stream,
+                                                 std::uint64_t begin, std::uint64_t len,
+                                                 tensor_view out, float alpha) {
   const vf16 dec = vset1(q.dec);
   const std::uint64_t whole = len & ~std::uint64_t{15};
   for (std::uint64_t j = 0; j < whole; j += 16) {
     const vu16 codes =
         unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) + (begin + j) * Bits / 8);
-    vf16 x = block_scaled_values(r.element, codes) * dec;
+    vf16 x = block_scaled_values(f, codes) * dec;
     if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j));
     vstore_typed<T>(out.data, begin + j, vcanonical_nan(x));
   }
@@ -684,8 +685,8 @@ inline status block_scaled_decode(const detail::decode_call& c) {
             for (std::uint64_t b = t * per; b < std::min(l.blocks, (t + 1) * per); ++b) {
               const std::uint64_t begin = b * group, len = std::min(n - begin, group);
               if (!rule.rotate)
-                block_scaled_decode_lanes<T, Bits, Accumulate>(rule, quantizer(b), values.v, stream,
-                                                               begin, len, c.out, c.alpha);
+                block_scaled_decode_lanes<T, Bits, Accumulate>(rule.element, quantizer(b), values.v,
+                                                               stream, begin, len, c.out, c.alpha);
               else if (len % 16 == 0)
                 block_scaled_decode_rotated<T, Bits, Accumulate>(rule, quantizer(b), flips, stream,
                                                                  begin, len, c.out, c.alpha);

@@ -38,10 +38,12 @@ inline const char* const kSpecs[] = {
     "mxfp6:fmt=e2m3,rotate=1,block=40",
     "mxfp4",
     "mxfp4:rotate=1,rounding=stochastic",
+    "mxfp4:rounding=stochastic,block=48",
     "mxint8:block=33",
     "nvfp4",
     "nvfp4:rotate=1,rounding=stochastic",
     "fp8row:block=100",
+    "fp8row:rounding=stochastic",
     "fp8row:fmt=e5m2,block=64,rotate=1",
 };
 
