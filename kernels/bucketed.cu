@@ -337,12 +337,12 @@ status bucketed_encode(const detail::encode_call& c) {
 status bucketed_decode(const detail::decode_call& c) { return decode_into(c, target_of(c)); }
 
 status bucketed_encode_feedback(const detail::feedback_call& c) {
-  auto* p = reinterpret_cast<float*>(after_status(c.enc.workspace).data());
-  if (auto st = feedback_sum(c.enc.in, c.residual, p, c.enc.stream); !st.ok()) return st;
-  if (auto st = encode_values(c.enc, input{p, dtype::f32}); !st.ok()) return st;
-  const detail::decode_call d{c.enc.hdr, c.enc.payload,   c.residual,    1.0f,
-                              false,     c.enc.workspace, c.enc.threads, c.enc.stream};
-  return decode_into(d, residual_target(c.residual, p));
+  return compose_feedback(
+      c, reinterpret_cast<float*>(after_status(c.enc.workspace).data()),
+      [&](float* p) {
+        return encode_values(c.enc, input{p, dtype::f32});
+      },
+      [](const detail::decode_call& d, decode_target t) { return decode_into(d, t); });
 }
 
 }  // namespace gradcodec::cuda

@@ -19,6 +19,7 @@ GRADCODEC_CUDA_CODEC(topk)
 GRADCODEC_CUDA_CODEC(threshold)
 GRADCODEC_CUDA_CODEC(dgc)
 GRADCODEC_CUDA_CODEC(powersgd)
+GRADCODEC_CUDA_CODEC(block_scaled)
 #undef GRADCODEC_CUDA_CODEC
 
 //! The PowerSGD phase API on the GPU (kernels/powersgd.cu).

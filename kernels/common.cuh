@@ -166,6 +166,18 @@ status check_frame_alignment(const std::byte* payload);
 //! p[i] = g[i] + e[i] (f32, NaN as on the host: blocks::fadd_nan_first), the first step of
 //! the generic error-feedback composition.
 status feedback_sum(const_tensor_view g, const_tensor_view e, float* p, void* stream);
+//! The generic error-feedback composition on the device, for codecs without a fused pass:
+//! p = g + e (feedback_sum), encode(p) writes the frame, then decode_into(call, target)
+//! writes residual = p - decoded.
+template <class Encode, class DecodeInto>
+status compose_feedback(const detail::feedback_call& c, float* p, Encode&& encode,
+                        DecodeInto&& decode_into) {
+  if (auto st = feedback_sum(c.enc.in, c.residual, p, c.enc.stream); !st.ok()) return st;
+  if (auto st = encode(p); !st.ok()) return st;
+  const detail::decode_call d{c.enc.hdr, c.enc.payload,   c.residual,    1.0f,
+                              false,     c.enc.workspace, c.enc.threads, c.enc.stream};
+  return decode_into(d, residual_target(c.residual, p));
+}
 //! Launches the header check of decode_expected (blocks::check_expected_header) into
 //! *verdict: one thread, stream-ordered.
 status check_header(const frame_header& expected, const std::byte* frame, std::uint64_t frame_bytes,

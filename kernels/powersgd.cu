@@ -352,11 +352,12 @@ status powersgd_encode_feedback(const detail::feedback_call& c) {
   const matrix_shape sh = shape_of(e.spec, e.in);
   auto* p =
       reinterpret_cast<float*>(after_status(e.workspace).data() + align64(sh.cols * sh.r * 4));
-  if (auto st = feedback_sum(e.in, c.residual, p, e.stream); !st.ok()) return st;
-  if (auto st = encode_values(e, {p, dtype::f32}); !st.ok()) return st;
-  const detail::decode_call d{e.hdr, e.payload,   c.residual, 1.0f,
-                              false, e.workspace, e.threads,  e.stream};
-  return decode_into(d, residual_target(c.residual, p));
+  return compose_feedback(
+      c, p,
+      [&](float* sum) {
+        return encode_values(e, {sum, dtype::f32});
+      },
+      [](const detail::decode_call& d, decode_target t) { return decode_into(d, t); });
 }
 
 }  // namespace gradcodec::cuda

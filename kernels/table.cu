@@ -96,13 +96,18 @@ constexpr codec_ops powersgd{cuda::powersgd_workspace, cuda::powersgd_encode, cu
                              cuda::powersgd_encode_feedback};
 constexpr codec_ops cast{cuda::cast_workspace, cuda::cast_encode, cuda::cast_decode,
                          cuda::cast_encode_feedback};
+constexpr codec_ops block_scaled{cuda::block_scaled_workspace, cuda::block_scaled_encode,
+                                 cuda::block_scaled_decode, cuda::block_scaled_encode_feedback};
 
 backend_table make_table() {
   backend_table t{"cuda", {}, &access, &cuda::powersgd_phases};
   auto set = [&](codec_id id, codec_ops ops) { t.codecs[static_cast<int>(id) - 1] = ops; };
-  for (const codec_info& c : all_codecs())
-    if (blocks::traits_of(c.id).bucketed && !blocks::traits_of(c.id).block_scaled)
+  for (const codec_info& c : all_codecs()) {
+    if (blocks::traits_of(c.id).block_scaled)
+      set(c.id, block_scaled);
+    else if (blocks::traits_of(c.id).bucketed)
       set(c.id, bucketed);
+  }
   set(codec_id::randomk, randomk);
   set(codec_id::topk, topk);
   set(codec_id::threshold, threshold);

@@ -86,6 +86,15 @@ const char* const kSpecs[] = {
     "dgc:ratio=0.01,sample=0.05",
     "powersgd",
     "powersgd:rank=8,eps=0",
+    "mxfp8",
+    "mxfp8:fmt=e5m2,block=20,rounding=stochastic",
+    "mxfp8:rotate=1",
+    "mxfp6:fmt=e2m3,rotate=1,block=40",
+    "mxfp4:rotate=1,rounding=stochastic",
+    "mxint8:block=33",
+    "nvfp4",
+    "nvfp4:rotate=1,rounding=stochastic",
+    "fp8row:block=100",
 };
 
 //! PowerSGD's matrix: the largest divisor of n not above sqrt(n) rows (1: sent dense).
