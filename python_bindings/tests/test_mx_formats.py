@@ -12,8 +12,8 @@ which imports the same nanobind module as Debian's Python.
 - whole mxfp8/mxfp6/mxfp4/mxint8, nvfp4 and fp8row frames decode to what NumPy and
   ml_dtypes compute from the documented scale rules (E8M0 scales via float8_e8m0fnu).
 
-torchao's MX reference is not run: it needs a current PyTorch, which CI's Debian torch
-1.13 is not.
+torchao's MX reference needs a current PyTorch, which CI's Debian torch 1.13 is not: it
+runs in test_torchao_mx.py under scripts/test-current-torch.
 """
 from __future__ import annotations
 
