@@ -287,6 +287,111 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_scan_lanes(const Src& src, std
   return s;
 }
 
+//! The codes of elements [begin, begin + len) of one block (len a multiple of 16) under
+//! its quantizer q, packed into the stream when `send`, and with a residual, p minus the
+//! decoded value (codes 0 when not sent).
+template <unsigned Bits, bool Stochastic, class Src, class Res>
+GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::block_quantizer q,
+                                                bool send, block_scaled_uniforms& uniforms,
+                                                const Src& src, const Res& res, std::uint64_t begin,
+                                                std::uint64_t len, std::uint8_t* stream) {
+  const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
+  for (std::uint64_t j = 0; j < len; j += 16) {
+    const vf16 v = src.load(begin + j);
+    vu16 codes = vset1u(0);
+    if (send) {
+      const vf16 x = q.divide ? v / enc : v * enc;
+      const vf16 u = Stochastic ? uniforms.at(begin + j) : vzero();
+      codes = block_scaled_codes<Stochastic>(f, x, u);
+      pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
+    }
+    if constexpr (Res::active)
+      res.store(begin + j, v - vcanonical_nan(block_scaled_values(f, codes) * dec));
+  }
+}
+
+// ---- Sixteen E8M0 blocks at once ---------------------------------------------------------
+// Full unrotated blocks of a multiple of 16 elements with power-of-two scales (mxfp8,
+// mxfp6, mxfp4, mxint8): the sixteen block maxima are reduced across lanes together and
+// the scales computed lane-wise, where one block alone pays a horizontal reduction and
+// scalar steps per 32 elements. Same values as e8m0_code and block_quantizer::e8m0.
+
+//! Blocks per batch.
+inline constexpr std::uint64_t block_scaled_batch = 16;
+
+//! One level of the transposing reduction: lanes with bit H clear take max(u[l], u[l ^ H]),
+//! lanes with it set max(v[l], v[l ^ H]).
+template <unsigned H>
+GRADCODEC_VINLINE vu16 block_scaled_fold(vu16 u, vu16 v) {
+  const vu16 upper = block_scaled_ne_bits(vload_u(block_scaled_lane_index) & vset1u(H), 0);
+  const vf16 fu = vfrombits(u), fv = vfrombits(v);
+  return vmaxu(vbits(vselect_bits(upper, vswap_lanes<H>(fv), fu)),
+               vbits(vselect_bits(upper, fv, vswap_lanes<H>(fu))));
+}
+//! Lane j of the result is the largest lane of m[j] (m is overwritten).
+GRADCODEC_VINLINE vu16 block_scaled_lane_maxima(vu16* m) {
+  for (unsigned j = 0; j < 8; ++j) m[j] = block_scaled_fold<8>(m[j], m[j + 8]);
+  for (unsigned j = 0; j < 4; ++j) m[j] = block_scaled_fold<4>(m[j], m[j + 4]);
+  for (unsigned j = 0; j < 2; ++j) m[j] = block_scaled_fold<2>(m[j], m[j + 2]);
+  return block_scaled_fold<1>(m[0], m[1]);
+}
+
+//! E8M0 scale codes from 16 block maxima (bits of |v|): NaN (255) for a non-finite one.
+GRADCODEC_VINLINE vu16 block_scaled_e8m0_codes(vu16 amax, std::uint32_t emax) {
+  const vu16 e = vshr(amax, 23);  // biased exponent: 0 for zero and subnormals, 255 non-finite
+  const vu16 code = vminu(vmaxu(e, vset1u(emax)) - vset1u(emax), vset1u(254));
+  return vbits(vselect_bits(block_scaled_eq_bits(e, 255), vfrombits(vset1u(blocks::e8m0_nan)),
+                            vfrombits(code)));
+}
+//! 2^(127 - code) (enc) or 2^(code - 127) (dec) as f32 bits; 2^-127 is subnormal.
+GRADCODEC_VINLINE vu16 block_scaled_e8m0_pow2(vu16 exponent_field) {
+  return vbits(vselect_bits(block_scaled_eq_bits(exponent_field, 0), vfrombits(vset1u(1u << 22)),
+                            vfrombits(vshl(exponent_field, 23))));
+}
+
+//! The decode multipliers of 16 E8M0 codes as f32 bits (block_quantizer::e8m0's dec).
+GRADCODEC_VINLINE vu16 block_scaled_e8m0_dec(vu16 code) {
+  return vbits(vselect_bits(block_scaled_eq_bits(code, blocks::e8m0_nan),
+                            vfrombits(vset1u(detail::canonical_nan_bits)),
+                            vfrombits(block_scaled_e8m0_pow2(code))));
+}
+
+//! Encodes blocks b0 .. b0 + 15 (full, of `group` elements): scales into scales[b0 ..],
+//! codes, residuals. Returns whether one was not finite.
+template <unsigned Bits, bool Stochastic, class Src, class Res>
+GRADCODEC_VINLINE bool block_scaled_encode_batch(blocks::minifloat f,
+                                                 block_scaled_uniforms& uniforms, const Src& src,
+                                                 const Res& res, std::uint64_t b0,
+                                                 std::uint64_t group, std::uint8_t* scales,
+                                                 std::uint8_t* stream) {
+  vu16 m[block_scaled_batch];
+  for (std::uint64_t j = 0; j < block_scaled_batch; ++j) {
+    vu16 a = vset1u(0);
+    for (std::uint64_t k = 0; k < group; k += 16)
+      a = vmaxu(a, vbits(vabs(src.load((b0 + j) * group + k))));
+    m[j] = a;
+  }
+  const vu16 code =
+      block_scaled_e8m0_codes(block_scaled_lane_maxima(m), static_cast<std::uint32_t>(f.emax));
+  pack16<8>(reinterpret_cast<std::byte*>(scales + b0), code);
+  alignas(64) std::uint32_t codes[16], enc[16], dec[16];
+  vstore_u(codes, code);
+  vstore_u(enc, block_scaled_e8m0_pow2(vset1u(254) - code));  // 255 wraps: never sent
+  vstore_u(dec, block_scaled_e8m0_dec(code));
+  bool bad = false;
+  for (std::uint64_t j = 0; j < block_scaled_batch; ++j) {
+    const bool send = codes[j] != blocks::e8m0_nan;
+    bad |= !send;
+    if (!send && !Res::active) continue;
+    blocks::block_quantizer q;
+    q.enc = blocks::bits_float(enc[j]);
+    q.dec = blocks::bits_float(dec[j]);
+    block_scaled_code_chunks<Bits, Stochastic>(f, q, send, uniforms, src, res, (b0 + j) * group,
+                                               group, stream);
+  }
+  return bad;
+}
+
 //! One unrotated block: its scan and stored scale, its codes written into the zeroed stream
 //! (none for a non-finite block or a zero quantizer), and with a residual, p minus the
 //! decoded value, as the generic composition computes it (values: every code's value).
@@ -301,20 +406,8 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_encode_lanes(
   const blocks::block_quantizer q = blocks::quantizer_of(r, scale, g);
   const bool send = s.finite && !q.zero;  // a non-finite block's quantizer is zero too
   if (!send && !Res::active) return s;
-  const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
   const std::uint64_t whole = len & ~std::uint64_t{15};
-  for (std::uint64_t j = 0; j < whole; j += 16) {
-    const vf16 v = src.load(begin + j);
-    vu16 codes = vset1u(0);
-    if (send) {
-      const vf16 x = q.divide ? v / enc : v * enc;
-      const vf16 u = Stochastic ? uniforms.at(begin + j) : vzero();
-      codes = block_scaled_codes<Stochastic>(f, x, u);
-      pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
-    }
-    if constexpr (Res::active)
-      res.store(begin + j, v - vcanonical_nan(block_scaled_values(f, codes) * dec));
-  }
+  block_scaled_code_chunks<Bits, Stochastic>(f, q, send, uniforms, src, res, begin, whole, stream);
   for (std::uint64_t i = begin + whole; i < begin + len; ++i) {
     const float v = src.at(i);
     const std::uint32_t code = send ? blocks::code_at(r, rng, q, i, v) : 0u;
@@ -455,6 +548,32 @@ struct block_scaled_values_table {
 };
 
 //! Error feedback outside the 16-lane path needs p = g + e for the whole tensor.
+//! Decodes blocks b0 .. b0 + 15 (full, unrotated, E8M0, of `group` elements).
+template <dtype T, unsigned Bits, bool Accumulate>
+GRADCODEC_VINLINE void block_scaled_decode_batch(blocks::minifloat f, const float* values,
+                                                 const std::uint8_t* scales,
+                                                 const std::uint8_t* stream, std::uint64_t b0,
+                                                 std::uint64_t group, tensor_view out,
+                                                 float alpha) {
+  alignas(64) std::uint32_t dec[16];
+  vstore_u(dec,
+           block_scaled_e8m0_dec(unpack16<8>(reinterpret_cast<const std::byte*>(scales + b0))));
+  for (std::uint64_t j = 0; j < block_scaled_batch; ++j) {
+    blocks::block_quantizer q;
+    q.dec = blocks::bits_float(dec[j]);
+    block_scaled_decode_lanes<T, Bits, Accumulate>(f, q, values, stream, (b0 + j) * group, group,
+                                                   out, alpha);
+  }
+}
+
+//! Whether blocks [b, b + 16) can go as one batch: full unrotated E8M0 blocks of a
+//! multiple of 16 elements, all before `end` (the task's end).
+inline bool block_scaled_batch_fits(const blocks::block_rule& r, std::uint64_t group,
+                                    std::uint64_t n, std::uint64_t b, std::uint64_t end) {
+  return r.scale == blocks::block_scale::e8m0 && !r.rotate && group % 16 == 0 &&
+         b + block_scaled_batch <= end && (b + block_scaled_batch) * group <= n;
+}
+
 //! A rotated block of a multiple of 16 elements decoded through the lanes, piece by piece.
 template <dtype T, unsigned Bits, bool Accumulate>
 inline void block_scaled_decode_rotated(const blocks::block_rule& r,
@@ -589,6 +708,14 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
             block_scaled_flips flips(rotation);
             const auto [b0, b1] = task_blocks(t);
             for (std::uint64_t b = b0; b < b1; ++b) {
+              if (block_scaled_batch_fits(rule, group, n, b, b1)) {
+                if (block_scaled_encode_batch<Bits, Stochastic>(rule.element, uniforms, src, res, b,
+                                                                group, payload + l.scales_offset,
+                                                                stream))
+                  nonfinite.store(true, std::memory_order_relaxed);
+                b += block_scaled_batch - 1;
+                continue;
+              }
               const auto [begin, len] = span_of(b);
               std::uint32_t scale = 0;
               const blocks::block_scan s =
@@ -682,7 +809,15 @@ inline status block_scaled_decode(const detail::decode_call& c) {
         const auto run = [&]<bool Accumulate>() {
           parallel_for(threads, tasks, [&](std::uint64_t t) {
             block_scaled_flips flips(rotation);
-            for (std::uint64_t b = t * per; b < std::min(l.blocks, (t + 1) * per); ++b) {
+            const std::uint64_t end = std::min(l.blocks, (t + 1) * per);
+            for (std::uint64_t b = t * per; b < end; ++b) {
+              if (block_scaled_batch_fits(rule, group, n, b, end)) {
+                block_scaled_decode_batch<T, Bits, Accumulate>(rule.element, values.v,
+                                                               payload + l.scales_offset, stream, b,
+                                                               group, c.out, c.alpha);
+                b += block_scaled_batch - 1;
+                continue;
+              }
               const std::uint64_t begin = b * group, len = std::min(n - begin, group);
               if (!rule.rotate)
                 block_scaled_decode_lanes<T, Bits, Accumulate>(rule.element, quantizer(b), values.v,
