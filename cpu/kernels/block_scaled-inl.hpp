@@ -336,6 +336,21 @@ GRADCODEC_VINLINE vu16 block_scaled_lane_maxima(vu16* m) {
   return block_scaled_fold<1>(m[0], m[1]);
 }
 
+//! Lane j: the bits of the largest |v| of block b0 + j (full blocks of `group` elements),
+//! Inf's or above for a non-finite block.
+template <class Src>
+GRADCODEC_VINLINE vu16 block_scaled_batch_maxima(const Src& src, std::uint64_t b0,
+                                                 std::uint64_t group) {
+  vu16 m[block_scaled_batch];
+  for (std::uint64_t j = 0; j < block_scaled_batch; ++j) {
+    vu16 a = vset1u(0);
+    for (std::uint64_t k = 0; k < group; k += 16)
+      a = vmaxu(a, vbits(vabs(src.load((b0 + j) * group + k))));
+    m[j] = a;
+  }
+  return block_scaled_lane_maxima(m);
+}
+
 //! E8M0 scale codes from 16 block maxima (bits of |v|): NaN (255) for a non-finite one.
 GRADCODEC_VINLINE vu16 block_scaled_e8m0_codes(vu16 amax, std::uint32_t emax) {
   const vu16 e = vshr(amax, 23);  // biased exponent: 0 for zero and subnormals, 255 non-finite
@@ -356,37 +371,74 @@ GRADCODEC_VINLINE vu16 block_scaled_e8m0_dec(vu16 code) {
                             vfrombits(block_scaled_e8m0_pow2(code))));
 }
 
-//! Encodes blocks b0 .. b0 + 15 (full, of `group` elements): scales into scales[b0 ..],
-//! codes, residuals. Returns whether one was not finite.
+//! nvfp4's 16 block scales from their maxima (block_scale_bits' e4m3 case): the E4M3 code
+//! of (amax / 6) / g, 0x7F for a non-finite block, 0 for all when g is not positive.
+GRADCODEC_VINLINE vu16 block_scaled_e4m3_codes(vu16 amax, float g) {
+  const blocks::minifloat e4m3 = blocks::minifloat_of(element_format::e4m3);
+  const vu16 code = g > 0.0f ? block_scaled_codes<false>(
+                                   e4m3, (vfrombits(amax) / vset1(6.0f)) / vset1(g), vzero())
+                             : vset1u(0);
+  return vbits(vselect_bits(block_scaled_eq_bits(vshr(amax, 23), 255),
+                            vfrombits(vset1u(blocks::e4m3_nan)), vfrombits(code)));
+}
+//! nvfp4's divisors value(code) * g as f32 bits (blocks::nvfp4_divisor).
+GRADCODEC_VINLINE vu16 block_scaled_e4m3_divisors(vu16 code, float g) {
+  return vbits(block_scaled_values(blocks::minifloat_of(element_format::e4m3), code) * vset1(g));
+}
+
+//! The quantizers of 16 blocks from their stored scale codes (e8m0 or e4m3), in the order
+//! blocks::quantizer_of builds them.
+struct block_scaled_batch_quantizers {
+  alignas(64) std::uint32_t enc[16], dec[16];
+  bool divide;
+
+  GRADCODEC_VINLINE block_scaled_batch_quantizers(blocks::block_scale kind, vu16 code, float g)
+      : divide(kind == blocks::block_scale::e4m3) {
+    if (divide) {
+      const vu16 d = block_scaled_e4m3_divisors(code, g);
+      vstore_u(enc, d);
+      vstore_u(dec, d);
+    } else {
+      vstore_u(enc, block_scaled_e8m0_pow2(vset1u(254) - code));  // 255 wraps: never sent
+      vstore_u(dec, block_scaled_e8m0_dec(code));
+    }
+  }
+  //! Block j's quantizer: e8m0 zero for the NaN code, a divisor zero unless positive and finite.
+  blocks::block_quantizer at(unsigned j, std::uint32_t code) const {
+    blocks::block_quantizer q;
+    q.divide = divide;
+    q.enc = blocks::bits_float(enc[j]);
+    q.dec = blocks::bits_float(dec[j]);
+    q.zero = divide ? !(q.enc > 0.0f) || !blocks::is_finite(q.enc) : code == blocks::e8m0_nan;
+    return q;
+  }
+};
+
+//! Encodes blocks b0 .. b0 + 15 (full, of `group` elements; E8M0 or nvfp4's E4M3 scales,
+//! g the tensor scale): scales into scales[b0 ..], codes, residuals. Returns whether one
+//! was not finite.
 template <unsigned Bits, bool Stochastic, class Src, class Res>
-GRADCODEC_VINLINE bool block_scaled_encode_batch(blocks::minifloat f,
+GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, float g,
                                                  block_scaled_uniforms& uniforms, const Src& src,
                                                  const Res& res, std::uint64_t b0,
                                                  std::uint64_t group, std::uint8_t* scales,
                                                  std::uint8_t* stream) {
-  vu16 m[block_scaled_batch];
-  for (std::uint64_t j = 0; j < block_scaled_batch; ++j) {
-    vu16 a = vset1u(0);
-    for (std::uint64_t k = 0; k < group; k += 16)
-      a = vmaxu(a, vbits(vabs(src.load((b0 + j) * group + k))));
-    m[j] = a;
-  }
-  const vu16 code =
-      block_scaled_e8m0_codes(block_scaled_lane_maxima(m), static_cast<std::uint32_t>(f.emax));
+  const blocks::minifloat f = r.element;
+  const vu16 amax = block_scaled_batch_maxima(src, b0, group);
+  const vu16 code = r.scale == blocks::block_scale::e4m3
+                        ? block_scaled_e4m3_codes(amax, g)
+                        : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(f.emax));
   pack16<8>(reinterpret_cast<std::byte*>(scales + b0), code);
-  alignas(64) std::uint32_t codes[16], enc[16], dec[16];
+  const block_scaled_batch_quantizers qs(r.scale, code, g);
+  alignas(64) std::uint32_t codes[16], bits[16];
   vstore_u(codes, code);
-  vstore_u(enc, block_scaled_e8m0_pow2(vset1u(254) - code));  // 255 wraps: never sent
-  vstore_u(dec, block_scaled_e8m0_dec(code));
+  vstore_u(bits, amax);
   bool bad = false;
-  for (std::uint64_t j = 0; j < block_scaled_batch; ++j) {
-    const bool send = codes[j] != blocks::e8m0_nan;
-    bad |= !send;
-    if (!send && !Res::active) continue;
-    blocks::block_quantizer q;
-    q.enc = blocks::bits_float(enc[j]);
-    q.dec = blocks::bits_float(dec[j]);
-    block_scaled_code_chunks<Bits, Stochastic>(f, q, send, uniforms, src, res, (b0 + j) * group,
+  for (unsigned j = 0; j < block_scaled_batch; ++j) {
+    const blocks::block_quantizer q = qs.at(j, codes[j]);
+    bad |= bits[j] >= 0x7F800000u;
+    if (q.zero && !Res::active) continue;
+    block_scaled_code_chunks<Bits, Stochastic>(f, q, !q.zero, uniforms, src, res, (b0 + j) * group,
                                                group, stream);
   }
   return bad;
@@ -547,30 +599,26 @@ struct block_scaled_values_table {
   }
 };
 
-//! Error feedback outside the 16-lane path needs p = g + e for the whole tensor.
-//! Decodes blocks b0 .. b0 + 15 (full, unrotated, E8M0, of `group` elements).
+//! Decodes blocks b0 .. b0 + 15 (full, unrotated, of `group` elements; E8M0 or E4M3
+//! scales, g nvfp4's tensor scale).
 template <dtype T, unsigned Bits, bool Accumulate>
-GRADCODEC_VINLINE void block_scaled_decode_batch(blocks::minifloat f, const float* values,
-                                                 const std::uint8_t* scales,
+GRADCODEC_VINLINE void block_scaled_decode_batch(const blocks::block_rule& r, float g,
+                                                 const float* values, const std::uint8_t* scales,
                                                  const std::uint8_t* stream, std::uint64_t b0,
                                                  std::uint64_t group, tensor_view out,
                                                  float alpha) {
-  alignas(64) std::uint32_t dec[16];
-  vstore_u(dec,
-           block_scaled_e8m0_dec(unpack16<8>(reinterpret_cast<const std::byte*>(scales + b0))));
-  for (std::uint64_t j = 0; j < block_scaled_batch; ++j) {
-    blocks::block_quantizer q;
-    q.dec = blocks::bits_float(dec[j]);
-    block_scaled_decode_lanes<T, Bits, Accumulate>(f, q, values, stream, (b0 + j) * group, group,
-                                                   out, alpha);
-  }
+  const vu16 code = unpack16<8>(reinterpret_cast<const std::byte*>(scales + b0));
+  const block_scaled_batch_quantizers qs(r.scale, code, g);
+  for (unsigned j = 0; j < block_scaled_batch; ++j)
+    block_scaled_decode_lanes<T, Bits, Accumulate>(r.element, qs.at(j, 0), values, stream,
+                                                   (b0 + j) * group, group, out, alpha);
 }
 
-//! Whether blocks [b, b + 16) can go as one batch: full unrotated E8M0 blocks of a
-//! multiple of 16 elements, all before `end` (the task's end).
+//! Whether blocks [b, b + 16) can go as one batch: full unrotated blocks of a multiple of
+//! 16 elements with one-byte scales (E8M0, nvfp4's E4M3), all before `end` (the task's end).
 inline bool block_scaled_batch_fits(const blocks::block_rule& r, std::uint64_t group,
                                     std::uint64_t n, std::uint64_t b, std::uint64_t end) {
-  return r.scale == blocks::block_scale::e8m0 && !r.rotate && group % 16 == 0 &&
+  return r.scale != blocks::block_scale::f32 && !r.rotate && group % 16 == 0 &&
          b + block_scaled_batch <= end && (b + block_scaled_batch) * group <= n;
 }
 
@@ -600,6 +648,7 @@ inline void block_scaled_decode_rotated(const blocks::block_rule& r,
   }
 }
 
+//! Error feedback outside the 16-lane path needs p = g + e for the whole tensor.
 inline std::size_t block_scaled_workspace(const codec_spec& spec, const_tensor_view in,
                                           operation op) {
   if (op != operation::encode_with_feedback) return 0;
@@ -665,32 +714,44 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
   if (rule.tensor_scale) {
     // Non-negative floats order as their bits.
     std::atomic<std::uint32_t> amax_bits{0};
+    // scan(b, end, a) raises a to the largest finite block maximum of blocks from b on
+    // and returns the next block to scan.
     const auto scan_tasks = [&](const auto& scan) {
       parallel_for(threads, tasks, [&](std::uint64_t t) {
         float a = 0.0f;
         const auto [b0, b1] = task_blocks(t);
-        for (std::uint64_t b = b0; b < b1; ++b) {
-          const auto [begin, len] = span_of(b);
-          const blocks::block_scan s = scan(begin, len);
-          if (s.finite && s.amax > a) a = s.amax;
-        }
+        for (std::uint64_t b = b0; b < b1;) b = scan(b, b1, a);
         std::uint32_t seen = amax_bits.load(std::memory_order_relaxed);
         const std::uint32_t mine = blocks::float_bits(a);
         while (mine > seen && !amax_bits.compare_exchange_weak(seen, mine)) {
         }
       });
     };
+    const auto raise = [](float& a, const blocks::block_scan& s) {
+      if (s.finite && s.amax > a) a = s.amax;
+    };
     if (lanes)
       with_lanes([&](const auto& src, const auto&) {
         const philox16_gen rotation = philox16_make(rng, blocks::rng_stream::rotation);
-        scan_tasks([&](std::uint64_t begin, std::uint64_t len) {
+        scan_tasks([&](std::uint64_t b, std::uint64_t end, float& a) {
+          if (block_scaled_batch_fits(rule, group, n, b, end)) {
+            const vu16 m = block_scaled_batch_maxima(src, b, group);
+            const vu16 finite =
+                vbits(vselect_bits(block_scaled_eq_bits(vshr(m, 23), 255), vzero(), vfrombits(m)));
+            raise(a, {true, blocks::bits_float(vhmaxu(finite))});
+            return b + block_scaled_batch;
+          }
+          const auto [begin, len] = span_of(b);
           block_scaled_flips flips(rotation);
-          return block_scaled_scan_block(rule, rng, flips, src, begin, len);
+          raise(a, block_scaled_scan_block(rule, rng, flips, src, begin, len));
+          return b + 1;
         });
       });
     else
-      scan_tasks([&](std::uint64_t begin, std::uint64_t len) {
-        return blocks::scan_block(rule, rng, begin, len, any_load{in.data, in.type});
+      scan_tasks([&](std::uint64_t b, std::uint64_t, float& a) {
+        const auto [begin, len] = span_of(b);
+        raise(a, blocks::scan_block(rule, rng, begin, len, any_load{in.data, in.type}));
+        return b + 1;
       });
     g = blocks::nvfp4_tensor_scale(blocks::bits_float(amax_bits.load()));
     std::memcpy(payload + l.tensor_scale_offset, &g, 4);
@@ -709,9 +770,8 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
             const auto [b0, b1] = task_blocks(t);
             for (std::uint64_t b = b0; b < b1; ++b) {
               if (block_scaled_batch_fits(rule, group, n, b, b1)) {
-                if (block_scaled_encode_batch<Bits, Stochastic>(rule.element, uniforms, src, res, b,
-                                                                group, payload + l.scales_offset,
-                                                                stream))
+                if (block_scaled_encode_batch<Bits, Stochastic>(
+                        rule, g, uniforms, src, res, b, group, payload + l.scales_offset, stream))
                   nonfinite.store(true, std::memory_order_relaxed);
                 b += block_scaled_batch - 1;
                 continue;
@@ -812,9 +872,8 @@ inline status block_scaled_decode(const detail::decode_call& c) {
             const std::uint64_t end = std::min(l.blocks, (t + 1) * per);
             for (std::uint64_t b = t * per; b < end; ++b) {
               if (block_scaled_batch_fits(rule, group, n, b, end)) {
-                block_scaled_decode_batch<T, Bits, Accumulate>(rule.element, values.v,
-                                                               payload + l.scales_offset, stream, b,
-                                                               group, c.out, c.alpha);
+                block_scaled_decode_batch<T, Bits, Accumulate>(
+                    rule, g, values.v, payload + l.scales_offset, stream, b, group, c.out, c.alpha);
                 b += block_scaled_batch - 1;
                 continue;
               }
