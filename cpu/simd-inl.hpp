@@ -601,6 +601,30 @@ GRADCODEC_VINLINE vf16 vswap_lanes(vf16 a) {
 }
 #endif
 
+// ---- Sixteen-entry table lookup (4-bit codes) ------------------------------------------
+//! Lane j of the result is table[idx[j]] (idx < 16; table: 16 floats).
+
+#if GRADCODEC_CPU_LEVEL == 2
+GRADCODEC_VINLINE vf16 vlookup16(const float* table, vu16 idx) {
+  return {_mm512_permutexvar_ps(idx.v, _mm512_loadu_ps(table))};
+}
+#elif GRADCODEC_CPU_LEVEL == 1
+GRADCODEC_VINLINE __m256 avx2_lookup16(__m256 t0, __m256 t1, __m256i i) {
+  const __m256 high = _mm256_castsi256_ps(_mm256_slli_epi32(i, 28));  // bit 3 to the sign
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(t0, i), _mm256_permutevar8x32_ps(t1, i), high);
+}
+GRADCODEC_VINLINE vf16 vlookup16(const float* table, vu16 idx) {
+  const __m256 t0 = _mm256_loadu_ps(table), t1 = _mm256_loadu_ps(table + 8);
+  return {avx2_lookup16(t0, t1, idx.lo), avx2_lookup16(t0, t1, idx.hi)};
+}
+#else
+GRADCODEC_VINLINE vf16 vlookup16(const float* table, vu16 idx) {
+  vf16 r;
+  for (int j = 0; j < 16; ++j) r.v[j] = table[idx.v[j]];
+  return r;
+}
+#endif
+
 // ---- Signed compare and ordered compaction (sparse selection) -------------------------
 // vgti compares lanes as signed 32-bit integers: selection keys are below 2^31, where it
 // equals the unsigned order and is one instruction on AVX2. vcompress_store writes the

@@ -240,6 +240,7 @@ struct block_scaled_input {
     return vload_typed_n<T>(data, i, cnt);
   }
   float at(std::uint64_t i) const { return detail::load_value(data, T, i); }
+  void prefetch(std::uint64_t i) const { prefetch_element<1>(data, T, i); }
 };
 //! Error-feedback input: p = g[i] + e[i] in f32, as in the generic composition.
 template <dtype G, dtype E>
@@ -254,6 +255,10 @@ struct block_scaled_feedback_input {
   }
   float at(std::uint64_t i) const {
     return blocks::fadd_nan_first(detail::load_value(g, G, i), detail::load_value(e, E, i));
+  }
+  void prefetch(std::uint64_t i) const {
+    prefetch_element<1>(g, G, i);
+    prefetch_element<1>(e, E, i);
   }
 };
 //! Where an encode puts p - decoded(p): nowhere, or the residual of dtype E.
@@ -425,6 +430,10 @@ GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, fl
                                                  std::uint8_t* stream) {
   const blocks::minifloat f = r.element;
   const vu16 amax = block_scaled_batch_maxima(src, b0, group);
+  // The next batch's inputs arrive while this one's codes are computed (they are read
+  // once from memory; prefetches past the end do not fault).
+  for (std::uint64_t k = 0; k < block_scaled_batch * group; k += 16)
+    src.prefetch((b0 + block_scaled_batch) * group + k);
   const vu16 code = r.scale == blocks::block_scale::e4m3
                         ? block_scaled_e4m3_codes(amax, g)
                         : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(f.emax));
@@ -582,7 +591,8 @@ GRADCODEC_VINLINE void block_scaled_decode_lanes(blocks::minifloat f, blocks::bl
   for (std::uint64_t j = 0; j < whole; j += 16) {
     const vu16 codes =
         unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) + (begin + j) * Bits / 8);
-    vf16 x = block_scaled_values(f, codes) * dec;
+    // 4-bit codes: their 16 values from the table (element_value's, exact).
+    vf16 x = (Bits == 4 ? vlookup16(values, codes) : block_scaled_values(f, codes)) * dec;
     if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j));
     vstore_typed<T>(out.data, begin + j, vcanonical_nan(x));
   }
