@@ -625,6 +625,14 @@ GRADCODEC_VINLINE vf16 vlookup16(const float* table, vu16 idx) {
 }
 #endif
 
+//! Lanes all ones where a == b (a != b), zero elsewhere: lane values for vselect_bits.
+GRADCODEC_VINLINE vu16 vequ_bits(vu16 a, std::uint32_t b) {
+  return vminu(a ^ vset1u(b), vset1u(1)) - vset1u(1);
+}
+GRADCODEC_VINLINE vu16 vneu_bits(vu16 a, std::uint32_t b) {
+  return vset1u(0) - vminu(a ^ vset1u(b), vset1u(1));
+}
+
 // ---- Signed compare and ordered compaction (sparse selection) -------------------------
 // vgti compares lanes as signed 32-bit integers: selection keys are below 2^31, where it
 // equals the unsigned order and is one instruction on AVX2. vcompress_store writes the

@@ -99,12 +99,15 @@ __global__ void encode_kernel(frame_plan f, values_in in, const unsigned* amax_b
   if (bad) atomicOr(&st->nonfinite, 1u);
 }
 
-//! The block's quantizer from the frame's scale bytes.
+//! nvfp4's tensor scale from the frame (0 for the other codecs).
+__device__ float tensor_scale_of(const frame_plan& f, const std::uint8_t* payload) {
+  return f.rule.tensor_scale
+             ? blocks::bits_float(get_u32_le(payload + f.layout.tensor_scale_offset))
+             : 0.0f;
+}
+//! Block b's quantizer from the frame's scale bytes.
 __device__ blocks::block_quantizer quantizer_at(const frame_plan& f, const std::uint8_t* payload,
-                                                std::uint64_t b) {
-  const float g = f.rule.tensor_scale
-                      ? blocks::bits_float(get_u32_le(payload + f.layout.tensor_scale_offset))
-                      : 0.0f;
+                                                std::uint64_t b, float g) {
   return blocks::quantizer_of(
       f.rule, blocks::get_block_scale(f.rule, payload + f.layout.scales_offset, b), g);
 }
@@ -113,8 +116,9 @@ __device__ blocks::block_quantizer quantizer_at(const frame_plan& f, const std::
 __global__ void decode_kernel(frame_plan f, const std::uint8_t* payload, decode_target out) {
   if (out.closed()) return;
   const code_value value{payload + f.layout.codes_offset, f.rule.element};
+  const float g = tensor_scale_of(f, payload);
   for (std::uint64_t i = thread_index(); i < f.n; i += thread_stride())
-    out.emit(i, blocks::fmul(value(i), quantizer_at(f, payload, i / f.group).dec));
+    out.emit(i, blocks::fmul(value(i), quantizer_at(f, payload, i / f.group, g).dec));
 }
 
 //! Rotated: a block per thread, pieces inverted as decode_block does.
@@ -123,9 +127,10 @@ __global__ void decode_rotated_kernel(frame_plan f, const std::uint8_t* payload,
   if (out.closed()) return;
   const blocks::counter_rng rng = blocks::read_rng_key(payload + f.layout.key_offset);
   const code_value value{payload + f.layout.codes_offset, f.rule.element};
+  const float g = tensor_scale_of(f, payload);
   for (std::uint64_t b = thread_index(); b < f.layout.blocks; b += thread_stride())
-    blocks::decode_block(f.rule, rng, quantizer_at(f, payload, b), b * f.group, f.length(b), value,
-                         emit_to{out});
+    blocks::decode_block(f.rule, rng, quantizer_at(f, payload, b, g), b * f.group, f.length(b),
+                         value, emit_to{out});
 }
 
 frame_plan plan_encode(const detail::encode_call& c) {

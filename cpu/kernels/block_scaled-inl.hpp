@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! The block-scaled codecs (mxfp8, mxfp6, mxfp4, mxint8, nvfp4, fp8row; docs/codecs.md
-//! "Block-scaled codecs") on the CPU: tasks of whole blocks in parallel. Unrotated blocks
-//! whose chunks of 16 codes start on a byte go through the 16 lanes (the conversion of
-//! blocks/minifloat.hpp lane by lane: the same IEEE multiplies and integer steps); rotated
-//! blocks, and the last partial chunk of a block, through the per-block rules of
-//! blocks/block_scaled.hpp. Either way the bytes equal the reference's by construction.
-//! Error feedback uses the front end's generic composition.
+//! "Block-scaled codecs") on the CPU: tasks of whole blocks in parallel. Blocks whose
+//! chunks of 16 codes start on a byte go through the 16 lanes (blocks/minifloat.hpp's
+//! conversion and blocks/block_scaled.hpp's scales and rotation lane by lane: the same IEEE
+//! operations), sixteen full blocks at a time where their scales are one byte; other blocks,
+//! and a block's last partial chunk, through the scalar per-block rules. Either way the
+//! bytes equal the reference's by construction. Error feedback is fused.
 
 //! Blocks per task: about stream_grain elements, and a multiple of 4 blocks so that no two
 //! tasks write one byte of the code stream (4 blocks of even-width codes end on a byte).
@@ -61,14 +61,6 @@ inline void block_scaled_with_bits(std::uint32_t bits, Fn&& fn) {
   }
 }
 
-//! Lanes that are all ones where x == k (x != k), zero elsewhere.
-GRADCODEC_VINLINE vu16 block_scaled_eq_bits(vu16 x, std::uint32_t k) {
-  return vminu(x ^ vset1u(k), vset1u(1)) - vset1u(1);
-}
-GRADCODEC_VINLINE vu16 block_scaled_ne_bits(vu16 x, std::uint32_t k) {
-  return vset1u(0) - vminu(x ^ vset1u(k), vset1u(1));
-}
-
 //! blocks::element_code for 16 finite inputs r (u: the uniforms of stochastic rounding).
 template <bool Stochastic>
 GRADCODEC_VINLINE vu16 block_scaled_codes(blocks::minifloat f, vf16 r, vf16 u) {
@@ -96,7 +88,7 @@ GRADCODEC_VINLINE vu16 block_scaled_codes(blocks::minifloat f, vf16 r, vf16 u) {
   }
   const vu16 mag = vminu(vshl(shift, f.mantissa) + l, vset1u(f.max_code));
   // All ones where r < 0 and the magnitude code is not 0.
-  const vu16 neg = (vset1u(0) - vshr(rbits, 31)) & block_scaled_ne_bits(mag, 0);
+  const vu16 neg = (vset1u(0) - vshr(rbits, 31)) & vneu_bits(mag, 0);
   if (f.integer) return ((mag ^ neg) - neg) & vset1u(0xFFu);
   return mag | (neg & vset1u(f.sign_bit()));
 }
@@ -116,14 +108,14 @@ GRADCODEC_VINLINE vf16 block_scaled_values(blocks::minifloat f, vu16 code) {
       vfrombits(vshl(mag, 23 - m) + vset1u(static_cast<std::uint32_t>(127 - f.bias) << 23));
   const vf16 sub =
       vto_f(mag & vset1u((1u << m) - 1u)) * vset1(blocks::pow2f(f.emin() - static_cast<int>(m)));
-  vu16 v = vbits(vselect_bits(block_scaled_eq_bits(efield, 0), sub, normal));
+  vu16 v = vbits(vselect_bits(vequ_bits(efield, 0), sub, normal));
   if (f.bits == 8 && m == 3) {  // e4m3: S.1111.111 is NaN
-    v = vbits(vselect_bits(block_scaled_eq_bits(mag, 0x7Fu),
-                           vfrombits(vset1u(detail::canonical_nan_bits)), vfrombits(v)));
+    v = vbits(vselect_bits(vequ_bits(mag, 0x7Fu), vfrombits(vset1u(detail::canonical_nan_bits)),
+                           vfrombits(v)));
   } else if (f.bits == 8 && m == 2) {  // e5m2: exponent 31 is Inf (m = 0) or NaN
-    const vu16 special = vset1u(0x7F800000u) | (block_scaled_ne_bits(mag & vset1u(3u), 0) &
-                                                vset1u(detail::canonical_nan_bits));
-    v = vbits(vselect_bits(block_scaled_eq_bits(efield, 31), vfrombits(special), vfrombits(v)));
+    const vu16 special =
+        vset1u(0x7F800000u) | (vneu_bits(mag & vset1u(3u), 0) & vset1u(detail::canonical_nan_bits));
+    v = vbits(vselect_bits(vequ_bits(efield, 31), vfrombits(special), vfrombits(v)));
   }
   return vfrombits(v | vshl(code & vset1u(f.sign_bit()), 32 - f.bits));
 }
@@ -183,7 +175,7 @@ struct block_scaled_flips {
 template <unsigned H>
 GRADCODEC_VINLINE vf16 block_scaled_butterfly(vf16 w) {
   const vf16 other = vswap_lanes<H>(w);
-  const vu16 upper = block_scaled_ne_bits(vload_u(block_scaled_lane_index) & vset1u(H), 0);
+  const vu16 upper = vneu_bits(vload_u(block_scaled_lane_index) & vset1u(H), 0);
   return vselect_bits(upper, other - w, w + other);
 }
 
@@ -328,7 +320,7 @@ inline constexpr std::uint64_t block_scaled_batch = 16;
 //! lanes with it set max(v[l], v[l ^ H]).
 template <unsigned H>
 GRADCODEC_VINLINE vu16 block_scaled_fold(vu16 u, vu16 v) {
-  const vu16 upper = block_scaled_ne_bits(vload_u(block_scaled_lane_index) & vset1u(H), 0);
+  const vu16 upper = vneu_bits(vload_u(block_scaled_lane_index) & vset1u(H), 0);
   const vf16 fu = vfrombits(u), fv = vfrombits(v);
   return vmaxu(vbits(vselect_bits(upper, vswap_lanes<H>(fv), fu)),
                vbits(vselect_bits(upper, fv, vswap_lanes<H>(fu))));
@@ -360,18 +352,18 @@ GRADCODEC_VINLINE vu16 block_scaled_batch_maxima(const Src& src, std::uint64_t b
 GRADCODEC_VINLINE vu16 block_scaled_e8m0_codes(vu16 amax, std::uint32_t emax) {
   const vu16 e = vshr(amax, 23);  // biased exponent: 0 for zero and subnormals, 255 non-finite
   const vu16 code = vminu(vmaxu(e, vset1u(emax)) - vset1u(emax), vset1u(254));
-  return vbits(vselect_bits(block_scaled_eq_bits(e, 255), vfrombits(vset1u(blocks::e8m0_nan)),
-                            vfrombits(code)));
+  return vbits(
+      vselect_bits(vequ_bits(e, 255), vfrombits(vset1u(blocks::e8m0_nan)), vfrombits(code)));
 }
 //! 2^(127 - code) (enc) or 2^(code - 127) (dec) as f32 bits; 2^-127 is subnormal.
 GRADCODEC_VINLINE vu16 block_scaled_e8m0_pow2(vu16 exponent_field) {
-  return vbits(vselect_bits(block_scaled_eq_bits(exponent_field, 0), vfrombits(vset1u(1u << 22)),
+  return vbits(vselect_bits(vequ_bits(exponent_field, 0), vfrombits(vset1u(1u << 22)),
                             vfrombits(vshl(exponent_field, 23))));
 }
 
 //! The decode multipliers of 16 E8M0 codes as f32 bits (block_quantizer::e8m0's dec).
 GRADCODEC_VINLINE vu16 block_scaled_e8m0_dec(vu16 code) {
-  return vbits(vselect_bits(block_scaled_eq_bits(code, blocks::e8m0_nan),
+  return vbits(vselect_bits(vequ_bits(code, blocks::e8m0_nan),
                             vfrombits(vset1u(detail::canonical_nan_bits)),
                             vfrombits(block_scaled_e8m0_pow2(code))));
 }
@@ -383,8 +375,8 @@ GRADCODEC_VINLINE vu16 block_scaled_e4m3_codes(vu16 amax, float g) {
   const vu16 code = g > 0.0f ? block_scaled_codes<false>(
                                    e4m3, (vfrombits(amax) / vset1(6.0f)) / vset1(g), vzero())
                              : vset1u(0);
-  return vbits(vselect_bits(block_scaled_eq_bits(vshr(amax, 23), 255),
-                            vfrombits(vset1u(blocks::e4m3_nan)), vfrombits(code)));
+  return vbits(vselect_bits(vequ_bits(vshr(amax, 23), 255), vfrombits(vset1u(blocks::e4m3_nan)),
+                            vfrombits(code)));
 }
 //! nvfp4's divisors value(code) * g as f32 bits (blocks::nvfp4_divisor).
 GRADCODEC_VINLINE vu16 block_scaled_e4m3_divisors(vu16 code, float g) {
@@ -408,13 +400,14 @@ struct block_scaled_batch_quantizers {
       vstore_u(dec, block_scaled_e8m0_dec(code));
     }
   }
-  //! Block j's quantizer: e8m0 zero for the NaN code, a divisor zero unless positive and finite.
-  blocks::block_quantizer at(unsigned j, std::uint32_t code) const {
+  //! Block j's quantizer: zero for the E8M0 NaN code (whose dec is NaN), a divisor zero
+  //! unless positive and finite.
+  blocks::block_quantizer at(unsigned j) const {
     blocks::block_quantizer q;
     q.divide = divide;
     q.enc = blocks::bits_float(enc[j]);
     q.dec = blocks::bits_float(dec[j]);
-    q.zero = divide ? !(q.enc > 0.0f) || !blocks::is_finite(q.enc) : code == blocks::e8m0_nan;
+    q.zero = divide ? !(q.enc > 0.0f) || !blocks::is_finite(q.enc) : blocks::is_nan(q.dec);
     return q;
   }
 };
@@ -439,18 +432,13 @@ GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, fl
                         : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(f.emax));
   pack16<8>(reinterpret_cast<std::byte*>(scales + b0), code);
   const block_scaled_batch_quantizers qs(r.scale, code, g);
-  alignas(64) std::uint32_t codes[16], bits[16];
-  vstore_u(codes, code);
-  vstore_u(bits, amax);
-  bool bad = false;
   for (unsigned j = 0; j < block_scaled_batch; ++j) {
-    const blocks::block_quantizer q = qs.at(j, codes[j]);
-    bad |= bits[j] >= 0x7F800000u;
+    const blocks::block_quantizer q = qs.at(j);
     if (q.zero && !Res::active) continue;
     block_scaled_code_chunks<Bits, Stochastic>(f, q, !q.zero, uniforms, src, res, (b0 + j) * group,
                                                group, stream);
   }
-  return bad;
+  return vhmaxu(amax) >= 0x7F800000u;  // a block held NaN or Inf
 }
 
 //! One unrotated block: its scan and stored scale, its codes written into the zeroed stream
@@ -479,6 +467,32 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_encode_lanes(
   return s;
 }
 
+//! Loads a block of len (a multiple of 16, at most 256) into w and, when finite, rotates
+//! it there (inputs kept in `kept` when not null); returns its scan: the inputs' finiteness
+//! and the rotated values' largest magnitude (blocks::encode_block's).
+template <class Src>
+GRADCODEC_VINLINE blocks::block_scan block_scaled_load_rotated(const Src& src,
+                                                               block_scaled_flips& flips,
+                                                               std::uint64_t begin,
+                                                               std::uint64_t len, float* w,
+                                                               float* kept) {
+  vu16 m = vset1u(0);
+  for (std::uint64_t j = 0; j < len; j += 16) {
+    const vf16 v = src.load(begin + j);
+    m = vmaxu(m, vbits(vabs(v)));
+    vstore(w + j, v);
+    if (kept != nullptr) vstore(kept + j, v);
+  }
+  blocks::block_scan s;
+  s.finite = vhmaxu(m) < 0x7F800000u;
+  if (!s.finite) return s;
+  block_scaled_rotate(w, begin, len, flips);
+  vu16 a = vset1u(0);
+  for (std::uint64_t j = 0; j < len; j += 16) a = vmaxu(a, vbits(vabs(vload(w + j))));
+  s.amax = blocks::bits_float(vhmaxu(a));
+  return s;
+}
+
 //! The scan of any block on the lanes path, rotated blocks' after rotation (what nvfp4's
 //! tensor scale is taken from).
 template <class Src>
@@ -492,20 +506,7 @@ inline blocks::block_scan block_scaled_scan_block(const blocks::block_rule& r,
     for (std::uint64_t j = 0; j < len; ++j) w[j] = src.at(begin + j);
     return blocks::scan_block(r, rng, begin, len, buffer_load{w, begin});
   }
-  vu16 m = vset1u(0);
-  for (std::uint64_t j = 0; j < len; j += 16) {
-    const vf16 v = src.load(begin + j);
-    m = vmaxu(m, vbits(vabs(v)));
-    vstore(w + j, v);
-  }
-  blocks::block_scan s;
-  s.finite = vhmaxu(m) < 0x7F800000u;
-  if (!s.finite) return s;
-  block_scaled_rotate(w, begin, len, flips);
-  vu16 a = vset1u(0);
-  for (std::uint64_t j = 0; j < len; j += 16) a = vmaxu(a, vbits(vabs(vload(w + j))));
-  s.amax = blocks::bits_float(vhmaxu(a));
-  return s;
+  return block_scaled_load_rotated(src, flips, begin, len, w, static_cast<float*>(nullptr));
 }
 
 //! A rotated block of len (a multiple of 16, at most 256) through the lanes: as
@@ -519,21 +520,8 @@ inline blocks::block_scan block_scaled_encode_rotated(const blocks::block_rule& 
                                                       std::uint8_t* stream, std::uint32_t& scale) {
   alignas(64) float w[blocks::max_rotation_piece];
   alignas(64) float p[Res::active ? blocks::max_rotation_piece : 1];  // the inputs, kept
-  vu16 m = vset1u(0);
-  for (std::uint64_t j = 0; j < len; j += 16) {
-    const vf16 v = src.load(begin + j);
-    m = vmaxu(m, vbits(vabs(v)));
-    vstore(w + j, v);
-    if constexpr (Res::active) vstore(p + j, v);
-  }
-  blocks::block_scan s;
-  s.finite = vhmaxu(m) < 0x7F800000u;
-  if (s.finite) {
-    block_scaled_rotate(w, begin, len, flips);
-    vu16 a = vset1u(0);
-    for (std::uint64_t j = 0; j < len; j += 16) a = vmaxu(a, vbits(vabs(vload(w + j))));
-    s.amax = blocks::bits_float(vhmaxu(a));
-  }
+  const blocks::block_scan s =
+      block_scaled_load_rotated(src, flips, begin, len, w, Res::active ? p : nullptr);
   scale = blocks::block_scale_bits(r, s, g);
   const blocks::block_quantizer q = blocks::quantizer_of(r, scale, g);
   const bool send = s.finite && !q.zero;
@@ -620,7 +608,7 @@ GRADCODEC_VINLINE void block_scaled_decode_batch(const blocks::block_rule& r, fl
   const vu16 code = unpack16<8>(reinterpret_cast<const std::byte*>(scales + b0));
   const block_scaled_batch_quantizers qs(r.scale, code, g);
   for (unsigned j = 0; j < block_scaled_batch; ++j)
-    block_scaled_decode_lanes<T, Bits, Accumulate>(r.element, qs.at(j, 0), values, stream,
+    block_scaled_decode_lanes<T, Bits, Accumulate>(r.element, qs.at(j), values, stream,
                                                    (b0 + j) * group, group, out, alpha);
 }
 
@@ -747,7 +735,7 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
           if (block_scaled_batch_fits(rule, group, n, b, end)) {
             const vu16 m = block_scaled_batch_maxima(src, b, group);
             const vu16 finite =
-                vbits(vselect_bits(block_scaled_eq_bits(vshr(m, 23), 255), vzero(), vfrombits(m)));
+                vbits(vselect_bits(vequ_bits(vshr(m, 23), 255), vzero(), vfrombits(m)));
             raise(a, {true, blocks::bits_float(vhmaxu(finite))});
             return b + block_scaled_batch;
           }
