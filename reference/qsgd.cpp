@@ -5,17 +5,11 @@
 #include <limits>
 
 #include "bucket.hpp"
+#include "gradcodec/blocks/quantize.hpp"
 
 namespace gradcodec::reference {
 
 namespace {
-
-//! ceil(log2(2s + 1)): bits per code.
-std::uint32_t code_bits(std::uint32_t s) {
-  std::uint32_t bits = 1;
-  while ((1u << bits) < 2u * s + 1u) ++bits;
-  return bits;
-}
 
 //! The bucket norm of a finite bucket whose largest |v| is m.
 float bucket_norm(const_tensor_view in, bucketed::span sp, float m, bool max_norm) {
@@ -38,7 +32,7 @@ std::size_t qsgd_workspace(const codec_spec&, const_tensor_view, operation) { re
 status qsgd_encode(const detail::encode_call& c) {
   const std::uint64_t n = c.in.n;
   const std::uint32_t s = c.spec.levels;
-  const std::uint32_t bits = code_bits(s);
+  const std::uint32_t bits = blocks::qsgd_code_bits(s);
   const bool stochastic = c.spec.rounding == rounding_mode::stochastic;
   const bool max_norm = c.spec.norm == norm_kind::max;
   const blocks::bucket_layout l = blocks::bucket_layout_of(n, c.spec.bucket, 1, bits);
@@ -85,7 +79,7 @@ status qsgd_encode(const detail::encode_call& c) {
 status qsgd_decode(const detail::decode_call& c) {
   const std::uint64_t n = c.hdr.n;
   const std::uint32_t s = c.hdr.level;
-  const std::uint32_t bits = code_bits(s);
+  const std::uint32_t bits = blocks::qsgd_code_bits(s);
   const float fs = static_cast<float>(s);
   const blocks::bucket_layout l = blocks::bucket_layout_of(n, c.hdr.group, 1, bits);
   const std::byte* codes = c.payload + l.codes_offset;

@@ -17,6 +17,7 @@
 #include "gradcodec/blocks/fmath.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/powersgd.hpp"
+#include "src/codecs/descriptor.hpp"
 
 namespace gradcodec {
 
@@ -307,93 +308,20 @@ std::string_view backend_unavailable_reason(backend b) noexcept {
 
 std::uint64_t encode_bound(const codec_spec& spec, std::uint64_t n, dtype type,
                            std::uint64_t rows) noexcept {
-  using namespace blocks;
-  const std::uint64_t vsize = dtype_size(type);
-  std::uint64_t k =
-      spec.k > 0
-          ? spec.k
-          : (n == 0 ? 0
-                    : std::max<std::uint64_t>(
-                          1, static_cast<std::uint64_t>(spec.ratio * static_cast<double>(n))));
-  k = std::min(k, n);
-  std::uint64_t payload = 0;
-  switch (spec.id) {
-    case codec_id::topk:
-    case codec_id::dgc: payload = sparse_layout_of(k, vsize, n > 0xFFFFFFFFu).total; break;
-    case codec_id::threshold:
-      payload =
-          sparse_layout_of(spec.cap > 0 ? std::min(spec.cap, n) : n, vsize, n > 0xFFFFFFFFu).total;
-      break;
-    case codec_id::randomk: payload = randomk_layout_of(k, vsize).total; break;
-    case codec_id::qsgd: {
-      std::uint32_t bits = 1;
-      while ((1u << bits) < 2u * spec.levels + 1u) ++bits;
-      payload = bucket_layout_of(n, spec.bucket, 1, bits).total;
-      break;
-    }
-    case codec_id::terngrad: payload = bucket_layout_of(n, spec.bucket, 1, 2).total; break;
-    case codec_id::minmax: payload = bucket_layout_of(n, spec.bucket, 2, spec.bits).total; break;
-    case codec_id::onebit: payload = bucket_layout_of(n, spec.bucket, 2, 1).total; break;
-    case codec_id::sign: payload = bucket_layout_of(n, spec.bucket, 1, 1).total; break;
-    case codec_id::fp16:
-    case codec_id::bf16:
-      payload = cast_payload_bytes(n);
-      break;
-    GRADCODEC_CASE_BLOCK_SCALED:
-      payload = layout_of(detail::block_rule_of(spec), n, detail::block_scaled_group(spec, n, rows))
-                    .total;
-      break;
-    case codec_id::powersgd: {
-      const std::uint64_t dense = align16(n * 4);
-      if (n == 0) {
-        payload = 0;  // an empty tensor has an empty payload whatever its shape
-      } else if (rows == 0) {
-        // Any shape: the worst of dense (bypass) and a 1 x n or n x 1 factorisation.
-        payload = std::max(dense, powersgd_layout_of(1, n, 1).total + 16);
-        payload = std::max(payload, align16(std::uint64_t{spec.rank} * 4 * (n + 1)) + 16);
-      } else {
-        const std::uint64_t cols = n / rows;
-        payload = powersgd_compresses(spec, rows, cols)
-                      ? powersgd_layout_of(rows, cols, powersgd_rank(spec, rows, cols)).total
-                      : dense;
-      }
-      break;
-    }
-  }
-  return header_bytes + payload;
+  const auto raw = static_cast<int>(spec.id);
+  if (raw < 1 || raw > codec_count) return header_bytes;
+  return header_bytes + detail::descriptor_of(spec.id).payload_from_spec(spec, n, type, rows);
 }
 
 codec_spec spec_of(const frame_header& h) noexcept {
   codec_spec s = make_spec(h.codec);
-  switch (h.codec) {
-    case codec_id::topk:
-    case codec_id::dgc:
-    case codec_id::randomk: s.k = h.count; break;
-    case codec_id::threshold: s.tau = h.param; break;
-    default: break;
-  }
-  if (h.codec == codec_id::dgc) s.sample = h.param;
-  if (h.codec == codec_id::randomk) s.unbiased = (h.mode & mode_unbiased) != 0;
-  if (h.codec == codec_id::qsgd) {
-    s.levels = h.level;
-    s.norm = (h.mode & mode_norm_max) ? norm_kind::max : norm_kind::l2;
-  }
-  if (h.codec == codec_id::minmax) s.bits = h.level;
+  const auto raw = static_cast<int>(h.codec);
+  if (raw < 1 || raw > codec_count) return s;
   const blocks::codec_traits traits = blocks::traits_of(h.codec);
   if (traits.rounds)
     s.rounding = (h.mode & mode_stochastic) ? rounding_mode::stochastic : rounding_mode::nearest;
-  if (traits.block_scaled) {
-    s.fmt = static_cast<element_format>(h.level);
-    s.rotate = (h.mode & mode_rotate) != 0;
-  }
-  if (h.group > 0 && h.codec != codec_id::powersgd) s.bucket = h.group;
-  if (h.codec == codec_id::terngrad) s.clip = h.param;
-  if (h.codec == codec_id::sign)
-    s.scale = static_cast<scale_kind>((h.mode & mode_scale_mask) >> mode_scale_shift);
-  if (h.codec == codec_id::powersgd) {
-    if (h.group > 0) s.rank = h.group;
-    s.eps = h.param;
-  }
+  if (traits.bucketed && h.group > 0) s.bucket = h.group;
+  if (const auto read = detail::descriptor_of(h.codec).spec_from_header) read(h, s);
   return s;
 }
 
@@ -528,7 +456,9 @@ status check_expected(const frame_header& e) {
   write_header(e, bytes);
   auto back = peek({bytes, header_bytes});
   if (!back) return invalid(std::string("expected header: ").append(back.error().message()));
-  const bool counted = e.codec == codec_id::topk || e.codec == codec_id::randomk;
+  // A selecting codec whose count follows the spec alone (top-k, random-k).
+  const blocks::codec_traits t = blocks::traits_of(e.codec);
+  const bool counted = t.selects && !t.count_from_data;
   if (counted && e.n > 0 && e.count == 0)
     return invalid("expected header: a topk or randomk frame of n > 0 elements carries some");
   return {};

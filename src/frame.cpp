@@ -6,11 +6,11 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <string>
 
-#include "gradcodec/blocks/block_scaled.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
 #include "gradcodec/blocks/header.hpp"
-#include "gradcodec/blocks/layout.hpp"
+#include "src/codecs/descriptor.hpp"
 
 namespace gradcodec {
 namespace {
@@ -69,70 +69,29 @@ result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept {
   if (index64 != want_index64) return corrupt("index width flag does not match n");
 
   // Fields a codec does not use must be zero; the ones it uses must be in range.
-  const bool uses_count = traits.selects || traits.matrix;
-  const bool uses_group = traits.bucketed || traits.matrix;
-  const bool uses_level = traits.rounds;  // the grid: qsgd levels, minmax bits, element format
-  const bool uses_param = h.codec == codec_id::threshold || h.codec == codec_id::dgc ||
-                          h.codec == codec_id::terngrad || h.codec == codec_id::powersgd;
-  std::uint8_t modes = traits.rounds ? mode_stochastic : 0;
-  if (h.codec == codec_id::qsgd) modes |= mode_norm_max;
-  if (h.codec == codec_id::sign) modes = mode_scale_mask;
-  if (h.codec == codec_id::randomk) modes = mode_unbiased;
-  if (traits.block_scaled) modes |= mode_rotate;
-  if (!uses_count && h.count != 0) return corrupt("count must be zero for this codec");
-  if (!uses_group && h.group != 0) return corrupt("group must be zero for this codec");
-  if (!uses_level && h.level != 0) return corrupt("level must be zero for this codec");
-  if (!uses_param && h.param != 0.0f) return corrupt("param must be zero for this codec");
-  if (uses_param && !(h.param >= 0.0f && std::isfinite(h.param)))
+  const detail::codec_descriptor& codec = detail::descriptor_of(h.codec);
+  const header_meaning& uses = codec.info.header;
+  if (uses.count.empty() && h.count != 0) return corrupt("count must be zero for this codec");
+  if (uses.group.empty() && h.group != 0) return corrupt("group must be zero for this codec");
+  if (uses.level.empty() && h.level != 0) return corrupt("level must be zero for this codec");
+  if (uses.param.empty() && h.param != 0.0f) return corrupt("param must be zero for this codec");
+  if (!uses.param.empty() && !(h.param >= 0.0f && std::isfinite(h.param)))
     return corrupt("param out of range");
+  const std::uint8_t modes = (traits.rounds ? mode_stochastic : 0) | codec.modes;
   if ((h.mode & ~modes) != 0) return corrupt("unknown mode bits");
-  if (h.codec == codec_id::sign && ((h.mode & mode_scale_mask) >> mode_scale_shift) > 2)
-    return corrupt("unknown sign scale");
   if (traits.bucketed && (h.group < 1 || h.group > (1u << 24)))
     return corrupt("bucket out of range");
+  return codec.payload_from_header(h);
+}
 
-  const std::uint64_t vsize = dtype_size(h.type);
-  switch (h.codec) {
-    case codec_id::topk:
-    case codec_id::dgc:
-    case codec_id::threshold:
-      if (h.count > h.n) return corrupt("count above n");
-      return sparse_layout_of(h.count, vsize, index64).total;
-    case codec_id::randomk:
-      if (h.count > h.n) return corrupt("count above n");
-      return randomk_layout_of(h.count, vsize).total;
-    case codec_id::qsgd: {
-      if (h.level < 1 || h.level > 127) return corrupt("levels out of range");
-      std::uint32_t bits = 1;
-      while ((1u << bits) < 2u * h.level + 1u) ++bits;
-      return bucket_layout_of(h.n, h.group, 1, bits).total;
-    }
-    case codec_id::terngrad: return bucket_layout_of(h.n, h.group, 1, 2).total;
-    case codec_id::minmax:
-      if (h.level < 1 || h.level > 8) return corrupt("bits out of range");
-      return bucket_layout_of(h.n, h.group, 2, h.level).total;
-    case codec_id::onebit: return bucket_layout_of(h.n, h.group, 2, 1).total;
-    case codec_id::sign: return bucket_layout_of(h.n, h.group, 1, 1).total;
-    case codec_id::fp16:
-    case codec_id::bf16:
-      return cast_payload_bytes(h.n);
-    GRADCODEC_CASE_BLOCK_SCALED : {
-      const auto fmt = static_cast<element_format>(h.level);
-      if (!element_allowed(h.codec, fmt)) return corrupt("element format not of this codec");
-      return layout_of(block_rule_of(h.codec, fmt, h.mode), h.n, h.group).total;
-    }
-    case codec_id::powersgd: {
-      if (h.n == 0) {
-        if (h.count != 0 || h.group != 0) return corrupt("empty powersgd frame with a shape");
-        return std::uint64_t{0};
-      }
-      if (h.count < 1 || h.n % h.count != 0) return corrupt("rows do not divide n");
-      const std::uint64_t cols = h.n / h.count;
-      if (h.group > 64 || h.group > h.count || h.group > cols) return corrupt("rank out of range");
-      return powersgd_layout_of(h.count, cols, h.group).total;
-    }
-  }
-  return corrupt("unknown codec id");
+std::string describe_mode(codec_id c, std::uint8_t mode) {
+  std::string s;
+  const auto raw = static_cast<int>(c);
+  if (raw < 1 || raw > codec_count) return "none";
+  if (blocks::traits_of(c).rounds)
+    detail::append_name(s, mode & mode_stochastic ? "stochastic" : "nearest");
+  if (const auto names = detail::descriptor_of(c).mode_names) names(mode, s);
+  return s.empty() ? "none" : s;
 }
 
 result<frame_header> peek(const_bytes frame) noexcept {

@@ -25,17 +25,11 @@ namespace {
 
 using namespace gc::micro;
 
-//! Payload bytes per element: the codes plus the f32 scales of each bucket.
+//! Payload bytes per element: the codes plus the scales of each bucket.
 double payload_bytes(const gc::codec_spec& spec) {
-  double bits = 2.0, scales = 1.0;
-  if (spec.id == gc::codec_id::qsgd) {
-    bits = 1.0;
-    while ((1u << static_cast<unsigned>(bits)) < 2u * spec.levels + 1u) bits += 1.0;
-  } else if (spec.id == gc::codec_id::minmax) {
-    bits = spec.bits;
-    scales = 2.0;
-  }
-  return bits / 8.0 + 4.0 * scales / static_cast<double>(spec.bucket);
+  const auto n = static_cast<std::uint64_t>(n_elems());
+  return static_cast<double>(gc::encode_bound(spec, n, gc::dtype::f32) - gc::header_bytes) /
+         static_cast<double>(n);
 }
 
 // ---- Baselines --------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! Strategy names and which codec supports which strategy.
+//! Strategy names, and the strategies of a codec from its descriptor's collective support.
 #include "gradcodec/comm/strategy.hpp"
 
 #include <string>
@@ -31,23 +31,10 @@ result<strategy> strategy_from_name(std::string_view name) {
 strategy_set supported_strategies(codec_id id) noexcept {
   strategy_set s;
   s.add(strategy::allgather);
-  switch (id) {
-    case codec_id::topk:
-    case codec_id::dgc:
-    case codec_id::threshold:
-    case codec_id::qsgd:
-    case codec_id::terngrad:
-    case codec_id::minmax:
-    case codec_id::onebit:
-    GRADCODEC_CASE_BLOCK_SCALED:
-      s.add(strategy::two_phase);
-      break;
-    case codec_id::sign: s.add(strategy::two_phase).add(strategy::majority_vote); break;
-    case codec_id::randomk:
-    case codec_id::fp16:
-    case codec_id::bf16:
-    case codec_id::powersgd: s.add(strategy::dense); break;
-  }
+  const collective_support c = info(id).collectives;
+  if (c.two_phase) s.add(strategy::two_phase);
+  if (c.dense) s.add(strategy::dense);
+  if (c.majority_vote) s.add(strategy::majority_vote);
   return s;
 }
 

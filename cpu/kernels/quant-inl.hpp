@@ -174,11 +174,7 @@ inline quant_scan quant_scan_bucket(const Src& src, std::uint64_t s, std::uint64
 // all-zero or non-finite bucket, prepare() (scales to store + quantizer parameters),
 // quantize<Stochastic>(), decode_params() (from the stored scales) and dequant().
 
-inline std::uint32_t qsgd_code_bits(std::uint32_t s) {
-  std::uint32_t bits = 1;
-  while ((1u << bits) < 2u * s + 1u) ++bits;
-  return bits;
-}
+using blocks::qsgd_code_bits;
 
 struct qsgd_kernel {
   static constexpr unsigned scales = 1;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "gradcodec/dtype.hpp"
 #include "gradcodec/format.hpp"
@@ -27,6 +28,9 @@ void write_header(const frame_header& h, std::byte* dst) noexcept;
 //! when the fields are inconsistent (the decoder's first line of defence).
 result<std::uint64_t> expected_payload_bytes(const frame_header& h) noexcept;
 
+//! What a header's mode bits say for a codec, comma-separated ("stochastic,rotated"), or
+//! "none" (gradcodec inspect).
+std::string describe_mode(codec_id codec, std::uint8_t mode);
 //! CRC-32C (Castagnoli) of a byte range: the header checksum.
 std::uint32_t crc32c(const std::byte* data, std::size_t size) noexcept;
 

@@ -77,6 +77,23 @@ struct param_info {
   std::string_view doc;
 };
 
+//! What a frame header's codec fields hold for a codec (docs/format.md); empty: unused, and
+//! a frame must carry zero there.
+struct header_meaning {
+  std::string_view count;
+  std::string_view group;
+  std::string_view level;
+  std::string_view param;
+};
+
+//! The collective strategies (gradcodec/comm, docs/comm.md) that can carry a codec's frames
+//! besides allgather, which carries every codec's.
+struct collective_support {
+  bool two_phase = false;      //!< reduce-scatter of frames, f32 sum, requantize, all-gather
+  bool dense = false;          //!< each rank decodes its own frame, then a dense allreduce
+  bool majority_vote = false;  //!< an elementwise vote of the ranks' signs
+};
+
 struct codec_info {
   codec_id id;
   std::string_view name;
@@ -84,6 +101,8 @@ struct codec_info {
   std::string_view bits_per_element;  //!< the formula, fp32 input
   bool unbiased;                      //!< unbiased in its default configuration
   std::span<const param_info> params;
+  header_meaning header;
+  collective_support collectives;
 };
 
 std::span<const codec_info> all_codecs() noexcept;

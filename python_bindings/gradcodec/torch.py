@@ -77,13 +77,14 @@ class NonFiniteGradient(Error):
 
 def default_strategy(codec: _gc.Codec) -> str:
     """The strategy HookState uses for a codec when none is given."""
-    if codec.name in ("fp16", "bf16", "randomk"):
-        return "dense"
-    if codec.name == "powersgd":
+    traits, collectives = codec.traits, codec.collectives
+    if traits["matrix"]:
         return "powersgd"
-    if codec.name == "sign" and codec.params["scale"] == "none":
+    if collectives["dense"]:
+        return "dense"
+    if collectives["majority_vote"] and codec.params.get("scale") == "none":
         return "vote"
-    if codec.traits["block_scaled"]:
+    if traits["block_scaled"]:
         # Reduce-scatter, f32 sum, requantize, all-gather: the bytes of two quantized
         # passes whatever the world size, the path FP8 collectives take elsewhere.
         return "two_phase"
@@ -91,14 +92,16 @@ def default_strategy(codec: _gc.Codec) -> str:
 
 
 def _check_strategy(codec: _gc.Codec, strategy: str) -> None:
+    traits, collectives = codec.traits, codec.collectives
     allowed = {
         "allgather": True,
-        "dense": codec.name in ("fp16", "bf16", "randomk"),
+        # The frames' values summed as they are (casts; random-k's shared indices).
+        "dense": collectives["dense"] and not traits["matrix"],
         # Fixed-size frames (the chunks' sizes are known), and a mean to re-encode.
-        "two_phase": not codec.traits["size_from_data"] and not codec.traits["matrix"]
+        "two_phase": not traits["size_from_data"] and not traits["matrix"]
         and default_strategy(codec) != "vote",
-        "powersgd": codec.name == "powersgd",
-        "vote": codec.name == "sign",
+        "powersgd": traits["matrix"],
+        "vote": collectives["majority_vote"],
     }
     if strategy not in allowed:
         raise ValueError(f"unknown strategy {strategy!r} (one of {', '.join(STRATEGIES)})")

@@ -271,6 +271,16 @@ nb::dict params_of(const codec_spec& s) {
 
 nb::str sv(std::string_view s) { return nb::str(s.data(), s.size()); }
 
+//! The comm strategies that carry the codec's frames (allgather carries every codec's).
+nb::dict collectives_dict(const collective_support& c) {
+  nb::dict d;
+  d["allgather"] = true;
+  d["two_phase"] = c.two_phase;
+  d["dense"] = c.dense;
+  d["majority_vote"] = c.majority_vote;
+  return d;
+}
+
 nb::dict info_dict(const codec_info& c) {
   nb::dict d;
   d["name"] = sv(c.name);
@@ -288,6 +298,13 @@ nb::dict info_dict(const codec_info& c) {
     params.append(pd);
   }
   d["params"] = params;
+  nb::dict header;
+  header["count"] = sv(c.header.count);
+  header["group"] = sv(c.header.group);
+  header["level"] = sv(c.header.level);
+  header["param"] = sv(c.header.param);
+  d["header"] = header;
+  d["collectives"] = collectives_dict(c.collectives);
   return d;
 }
 
@@ -401,6 +418,11 @@ void register_codec(nb::module_& m) {
           "What the layers ask of the codec (gradcodec/blocks/codec_traits.hpp): selects, "
           "indexed, count_from_data, size_from_data, bucketed, matrix, by_rows, rounds, "
           "block_scaled.")
+      .def_prop_ro(
+          "collectives",
+          [](const codec_spec& s) { return collectives_dict(info(s.id).collectives); },
+          "The collective strategies of gradcodec's comm layer that carry the codec's frames "
+          "(its descriptor's): allgather, two_phase, dense, majority_vote.")
       .def_prop_ro(
           "info", [](const codec_spec& s) { return info_dict(info(s.id)); },
           "Summary, bits per element, bias and parameter documentation of the codec.")

@@ -79,6 +79,31 @@ def test_version_backends_and_codec_list():
     assert gc.cpu_default_threads() >= 1
 
 
+def test_every_codec_describes_its_header_fields_and_collectives():
+    for c in gc.codecs():
+        codec = gc.Codec(c["name"])
+        assert codec.collectives == c["collectives"] and codec.collectives["allgather"]
+        assert set(c["header"]) == {"count", "group", "level", "param"}
+    assert gc.Codec("sign").collectives["majority_vote"]
+    assert not gc.Codec("topk").collectives["dense"]
+    assert gc.Codec("powersgd").info["header"]["count"] == "rows"
+
+
+@needs_torch
+def test_the_hook_strategy_follows_the_codec_descriptors():
+    from gradcodec import torch as gct
+    for c in gc.codecs():
+        codec = gc.Codec(c["name"])
+        gct._check_strategy(codec, gct.default_strategy(codec))  # the default is accepted
+    assert gct.default_strategy(gc.Codec("sign:scale=none")) == "vote"
+    assert gct.default_strategy(gc.Codec("randomk")) == "dense"
+    assert gct.default_strategy(gc.Codec("powersgd")) == "powersgd"
+    assert gct.default_strategy(gc.Codec("mxfp8")) == "two_phase"
+    assert gct.default_strategy(gc.Codec("topk")) == "allgather"
+    with pytest.raises(ValueError):
+        gct._check_strategy(gc.Codec("topk"), "dense")
+
+
 def test_codec_spec_strings_params_and_pickling():
     c = gc.Codec("qsgd:levels=7,bucket=256")
     assert c.name == "qsgd" and c.id == 5
