@@ -897,3 +897,6 @@ inline status block_scaled_decode(const detail::decode_call& c) {
   });
   return {};
 }
+
+// This family's rows of the variant's table (cpu/ops-inl.hpp).
+GRADCODEC_CPU_CODEC_ROW(block_scaled);

@@ -116,3 +116,6 @@ inline status cast_decode(const detail::decode_call& c) {
   });
   return {};
 }
+
+// This family's rows of the variant's table (cpu/ops-inl.hpp).
+GRADCODEC_CPU_CODEC_ROW(cast);

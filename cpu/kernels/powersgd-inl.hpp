@@ -1073,3 +1073,6 @@ const detail::powersgd_kernels* powersgd_phase_kernels() noexcept {
                                           psgd_phase_compute_q, psgd_phase_finish};
   return &k;
 }
+
+// This family's rows of the variant's table (cpu/ops-inl.hpp).
+GRADCODEC_CPU_CODEC_ROW(powersgd);

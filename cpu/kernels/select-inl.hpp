@@ -41,11 +41,6 @@ inline mask16 keep_lowest(mask16 m, std::uint64_t r) {
 
 // ---- Element access -----------------------------------------------------------------
 
-using detail::canonical_nan;
-using detail::get_value;
-using detail::load_value;
-using detail::put_value;
-using detail::store_value;
 //! What a decoder reads back for p sent in the wire dtype.
 inline vf16 vwire_roundtrip(vf16 p, dtype wire) {
   if (wire == dtype::f32) return p;

@@ -2,9 +2,9 @@
 //! @file
 //! Sign codecs: sign (signSGD, scaled sign) and onebit (1-bit SGD, two means per bucket)
 //! (docs/codecs.md "sign", "onebit"): encode, decode, decode-accumulate and fused error
-//! feedback, bit-identical to reference/sign.cpp and reference/onebit.cpp. Included inside
-//! an ISA namespace after quant-inl.hpp, whose bucket helpers (prescale, canonical NaN,
-//! canonical sum, task split, payload layout) it uses.
+//! feedback, bit-identical to reference/sign.cpp and reference/onebit.cpp, on the bucket
+//! pieces of bucket-inl.hpp (prescale, canonical sum, task split, payload layout). Included
+//! inside an ISA namespace after cpu/family-inl.hpp.
 //!
 //! Encode, per bucket, the bucket staying in L1/L2 after its first read:
 //! 1. scan (from memory): max |v|, non-finite, onebit's count of negatives; when buckets start
@@ -16,6 +16,8 @@
 //! Threads take tasks of whole buckets starting on a multiple of 16 elements, so code bytes
 //! are never shared between tasks. Decode selects one of two per-bucket values per bit; a
 //! large f32 output is written with streaming stores.
+
+#include "bucket-inl.hpp"
 
 //! What a bucket's scales are: sign's three scale kinds, or onebit's two means.
 enum class sign_rule : std::uint8_t { none, mean, l2, onebit };
@@ -431,3 +433,7 @@ inline status onebit_encode_feedback(const detail::feedback_call& f) {
   return sign_encode_run<sign_rule::onebit, true>(f.enc, f.residual);
 }
 inline status onebit_decode(const detail::decode_call& c) { return sign_decode_run(c, true); }
+
+// This family's rows of the variant's table (cpu/ops-inl.hpp).
+GRADCODEC_CPU_CODEC_ROW(onebit);
+GRADCODEC_CPU_CODEC_ROW(sign);

@@ -10,6 +10,8 @@
 //! selection is known (a collection pass may have to run again from p), so it is written by
 //! a second pass.
 
+#include "select-inl.hpp"
+
 __extension__ typedef unsigned __int128 sparse_u128;
 
 inline sparse_sink sparse_sink_of(const detail::encode_call& c, const blocks::sparse_layout& pl) {
@@ -704,3 +706,9 @@ inline status randomk_decode(const detail::decode_call& c) {
   });
   return {};
 }
+
+// This family's rows of the variant's table (cpu/ops-inl.hpp).
+GRADCODEC_CPU_CODEC_ROW(topk);
+GRADCODEC_CPU_CODEC_ROW(dgc);
+GRADCODEC_CPU_CODEC_ROW(randomk);
+GRADCODEC_CPU_CODEC_ROW(threshold);
