@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! Per-ISA compilation without global -m flags: table_<isa>.cpp includes every header it
-//! needs first (compiled for the baseline), then opens a target region with these macros
+//! Per-ISA compilation without global -m flags: each variant TU (cpu/variant.cpp.in) includes every
+//! header it needs first (compiled for the baseline), then opens a target region with these macros
 //! and includes the kernel sources (*-inl.hpp) inside an ISA namespace. Only functions
 //! defined inside the region use the ISA, so nothing shared (std templates, inline helpers)
 //! is ever emitted with instructions the running CPU may lack.

@@ -30,7 +30,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
-// The building blocks, compiled once per ISA level exactly as cpu/table_<isa>.cpp does, with
+// The building blocks, compiled once per ISA level exactly as cpu/variant.cpp.in does, with
 // a small runtime-width front for the tests.
 #define GRADCODEC_QTEST_BODY                                                                 \
   void philox_numbers(const blocks::counter_rng& rng, blocks::rng_stream s, std::uint64_t i, \
