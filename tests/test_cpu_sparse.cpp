@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// CPU sparsification kernels (cpu/kernels/select-inl.hpp, sparse-inl.hpp) against the
-// reference, beyond the generic sweep of test_cpu_backend.cpp: tie-heavy and special
+// CPU sparsification kernels (cpu/kernels/select-inl.hpp, sparse-inl.hpp, randomk-inl.hpp)
+// against the reference, beyond the generic sweep of test_cpu_backend.cpp: tie-heavy and special
 // values, several tasks, inputs that defeat the top-k threshold guess and force the DGC
 // fallback and re-collection, fused error feedback against the reference's generic
 // composition, corrupt payloads, and misaligned buffers. Every ISA this machine runs,
