@@ -28,7 +28,7 @@
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/blocks/pairwise.hpp"
 #include "gradcodec/blocks/philox.hpp"
-#include "gradcodec/blocks/quantize.hpp"
+#include "gradcodec/blocks/quant.hpp"
 #include "gradcodec/powersgd.hpp"
 #include "target.hpp"
 #include "threads.hpp"

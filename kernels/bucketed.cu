@@ -17,7 +17,7 @@
 #include "gradcodec/blocks/bitstream.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/blocks/philox.hpp"
-#include "gradcodec/blocks/quantize.hpp"
+#include "gradcodec/blocks/quant.hpp"
 #include "gradcodec/blocks/sign.hpp"
 #include "gradcodec/blocks/warp.cuh"
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "bucket.hpp"
-#include "gradcodec/blocks/quantize.hpp"
+#include "gradcodec/blocks/quant.hpp"
 
 namespace gradcodec::reference {
 

@@ -18,7 +18,7 @@
 #include "gradcodec/blocks/pairwise.hpp"
 #include "gradcodec/blocks/philox.hpp"
 #include "gradcodec/blocks/powersgd.hpp"
-#include "gradcodec/blocks/quantize.hpp"
+#include "gradcodec/blocks/quant.hpp"
 #include "gradcodec/blocks/radix_select.hpp"
 #include "gradcodec/blocks/randomk.hpp"
 #include "gradcodec/blocks/sign.hpp"

@@ -6,7 +6,7 @@
 #include <array>
 #include <cmath>
 
-#include "gradcodec/blocks/quantize.hpp"
+#include "gradcodec/blocks/quant.hpp"
 #include "src/codecs/descriptor.hpp"
 #include "src/codecs/error_bounds.hpp"
 #include "src/codecs/quant.hpp"

@@ -14,7 +14,7 @@
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/blocks/layout.hpp"
 #include "gradcodec/blocks/philox.hpp"
-#include "gradcodec/blocks/quantize.hpp"
+#include "gradcodec/blocks/quant.hpp"
 #include "gradcodec/blocks/sign.hpp"
 #include "gradcodec/codec.hpp"
 

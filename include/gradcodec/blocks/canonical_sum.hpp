@@ -39,7 +39,7 @@ GRADCODEC_HD float canonical_sum(std::uint64_t len, Term term) {
 }
 
 //! The reductions of one group as computed by one thread: the canonical sum and a count.
-//! The scale functions of blocks/quantize.hpp and blocks/sign.hpp take a reducer, so a
+//! The scale functions of blocks/quant.hpp and blocks/sign.hpp take a reducer, so a
 //! kernel can pass one that splits the group over a warp in the same order (blocks/warp.cuh).
 struct sequential_reducer {
   template <class Term>

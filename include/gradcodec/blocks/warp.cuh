@@ -2,7 +2,7 @@
 //! @file
 //! Per-warp pieces for CUDA kernels: the canonical sum of a group split over the 32 lanes
 //! of a warp in exactly the order of blocks/canonical_sum.hpp, a count, and the bucket
-//! scan. `warp_reducer` plugs into the scale functions of blocks/quantize.hpp and
+//! scan. `warp_reducer` plugs into the scale functions of blocks/quant.hpp and
 //! blocks/sign.hpp, so a kernel that gives each bucket to one warp writes the library's
 //! scales. Every lane of the warp must call each function (they synchronize the warp);
 //! every lane gets the result.
@@ -16,7 +16,7 @@
 
 #include "gradcodec/blocks/canonical_sum.hpp"
 #include "gradcodec/blocks/fmath.hpp"
-#include "gradcodec/blocks/quantize.hpp"
+#include "gradcodec/blocks/quant.hpp"
 
 namespace gradcodec::blocks {
 
@@ -210,7 +210,7 @@ __device__ std::uint64_t block_count(std::uint64_t len, Pred pred) {
   return total;
 }
 
-//! The reducers the scale functions of blocks/quantize.hpp and blocks/sign.hpp and the
+//! The reducers the scale functions of blocks/quant.hpp and blocks/sign.hpp and the
 //! PowerSGD orthogonalization take (canonical_sum.hpp's sequential_reducer on one thread):
 //! a group split over one warp, or over the whole block for groups long enough to keep
 //! its warps busy. `scan` and `range` are the bucket scans of the bucketed codecs.
