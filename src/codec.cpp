@@ -94,8 +94,14 @@ const backend_table* table_of(backend b) noexcept {
 //! The codec chosen for a call, and whether its buffers are device memory.
 struct picked_ops {
   const codec_ops* ops;
-  const detail::device_access* device;  //!< null for host backends
+  bool device;    //!< a device backend: every buffer must be device memory
+  backend where;  //!< the backend chosen (never automatic)
 };
+
+backend backend_of(const backend_table* t) noexcept {
+  if (t == &detail::reference_backend()) return backend::reference;
+  return t == detail::cpu_backend() ? backend::cpu : backend::cuda;
+}
 
 //! Whether a call on `where` with this buffer goes to the CUDA backend.
 const backend_table* device_table(backend where, const void* data) noexcept {
@@ -129,19 +135,25 @@ result<picked_ops> pick(backend where, codec_id id, const void* data) noexcept {
     return status{
         status_code::backend_unavailable,
         std::string(codec_name(id)).append(" is not implemented on backend ").append(t->name)};
-  return picked_ops{&ops, t->device};
+  return picked_ops{&ops, t->device != nullptr, backend_of(t)};
 }
 
-status check_view(const_tensor_view v, std::string_view what) {
+//! What check_view checks that needs no data.
+status check_shape(const_tensor_view v, std::string_view what) {
   if (!dtype_valid(static_cast<std::uint8_t>(v.type)))
     return invalid(std::string(what).append(": unknown dtype"));
   if (v.n > max_elements) return invalid(std::string(what).append(": more than 2^48 elements"));
+  if (v.rows > 0 && v.n % v.rows != 0)
+    return invalid(std::string(what).append(": rows do not divide n"));
+  return {};
+}
+
+status check_view(const_tensor_view v, std::string_view what) {
+  if (auto st = check_shape(v, what); !st.ok()) return st;
   if (v.n > 0 && v.data == nullptr) return invalid(std::string(what).append(": null data"));
   // Elements are loaded whole: a GPU faults on a misaligned load, and C++ requires alignment.
   if (reinterpret_cast<std::uintptr_t>(v.data) % dtype_size(v.type) != 0)
     return invalid(std::string(what).append(": data not aligned to its element size"));
-  if (v.rows > 0 && v.n % v.rows != 0)
-    return invalid(std::string(what).append(": rows do not divide n"));
   return {};
 }
 
@@ -169,14 +181,14 @@ bool any_nonfinite(const_tensor_view v) {
 }
 
 status check_device_buffers(const picked_ops& p, detail::named_buffers buffers) {
-  return detail::check_buffer_memory(p.device != nullptr, buffers, "codec");
+  return detail::check_buffer_memory(p.device, buffers, "codec");
 }
 
 //! nonfinite=error scans the input on the host before encoding; device memory cannot be.
 status check_nonfinite_policy(const codec_spec& spec, const picked_ops& p, const_tensor_view v,
                               std::string_view what) {
   if (spec.nonfinite != nonfinite_policy::error) return {};
-  if (p.device != nullptr)
+  if (p.device)
     return invalid(
         "nonfinite=error needs a host scan of the input; on the CUDA backend use "
         "nonfinite=propagate and check the frame's nonfinite flag (peek)");
@@ -245,11 +257,18 @@ status check_disjoint(const void* a, std::uint64_t an, std::string_view a_name, 
   return invalid(std::string("the ").append(a_name).append(" overlaps the ").append(b_name));
 }
 
-status check_encode_args(const codec_spec& spec, const_tensor_view in, mutable_bytes out) {
+//! The checks of an encode that need no buffer: the spec, and the input's shape for it.
+status check_encode_shape(const codec_spec& spec, const_tensor_view shape) {
   if (auto st = validate(spec); !st.ok()) return st;
-  if (auto st = check_view(in, "input"); !st.ok()) return st;
-  if (detail::block_scaled_group(spec, in.n, in.rows) > detail::max_block_scaled_group)
+  if (auto st = check_shape(shape, "input"); !st.ok()) return st;
+  if (detail::block_scaled_group(spec, shape.n, shape.rows) > detail::max_block_scaled_group)
     return invalid("input: fp8row rows longer than 2^24 elements");
+  return {};
+}
+
+//! The checks of an encode's input and output buffers.
+status check_encode_buffers(const_tensor_view in, mutable_bytes out) {
+  if (auto st = check_view(in, "input"); !st.ok()) return st;
   if (out.size() < header_bytes)
     return {status_code::output_too_small, "output smaller than the 48-byte header"};
   if (auto st =
@@ -272,7 +291,7 @@ frame_header base_header(const codec_spec& spec, const_tensor_view in, dtype wir
 result<std::size_t> finish_encode(frame_header& h, mutable_bytes out, const picked_ops& p) {
   if (h.payload_bytes > out.size() - header_bytes)
     return status{status_code::internal_error, "codec wrote past its capacity"};
-  if (p.device == nullptr) write_header(h, out.data());
+  if (!p.device) write_header(h, out.data());
   return static_cast<std::size_t>(header_bytes + h.payload_bytes);
 }
 
@@ -327,6 +346,11 @@ codec_spec spec_of(const frame_header& h) noexcept {
 
 result<std::size_t> workspace_size(const codec_spec& spec, const_tensor_view shape, operation op,
                                    const exec_options& opt) noexcept {
+  if (op == operation::encode || op == operation::encode_with_feedback) {
+    auto p = prepare_encode(spec, shape, op, opt);
+    if (!p) return p.error();
+    return p.value().workspace_bytes();
+  }
   if (auto st = validate(spec); !st.ok()) return st;
   // backend::automatic: shape.data (if given) tells device memory from host memory.
   auto ops = pick(opt.where, spec.id, shape.data);
@@ -334,27 +358,80 @@ result<std::size_t> workspace_size(const codec_spec& spec, const_tensor_view sha
   return need_workspace(*ops.value().ops, spec, shape, op);
 }
 
-result<std::size_t> encode(const codec_spec& spec, const context& ctx, const_tensor_view in,
-                           mutable_bytes out, const exec_options& opt) noexcept {
-  if (auto st = check_encode_args(spec, in, out); !st.ok()) return st;
-  auto picked = pick(opt.where, spec.id, in.data);
+namespace detail {
+
+//! The prepared call's parts, for the front end only.
+struct prepared_access {
+  static prepared_encode make(const codec_spec& spec, operation op, const_tensor_view shape,
+                              const picked_ops& picked) {
+    prepared_encode p;
+    p.spec_ = spec;
+    p.op_ = op;
+    p.where_ = picked.where;
+    p.n_ = shape.n;
+    p.rows_ = shape.rows;
+    p.type_ = shape.type;
+    p.workspace_ = need_workspace(*picked.ops, spec, shape, op);
+    p.ops_ = picked.ops;
+    p.device_ = picked.device;
+    return p;
+  }
+  static picked_ops picked(const prepared_encode& p) { return {p.ops_, p.device_, p.where_}; }
+  //! The input must have the shape the call was prepared for.
+  static status check_input(const prepared_encode& p, operation op, const_tensor_view in) {
+    if (p.ops_ == nullptr) return invalid("encode: the prepared call was never prepared");
+    if (p.op_ != op)
+      return invalid(op == operation::encode
+                         ? "encode: the call was prepared for encode_with_feedback"
+                         : "encode_with_feedback: the call was prepared for encode");
+    if (in.n != p.n_ || in.type != p.type_ || in.rows != p.rows_)
+      return {status_code::shape_mismatch,
+              "input: not the length, dtype and rows the call was prepared for"};
+    return {};
+  }
+};
+
+}  // namespace detail
+
+result<prepared_encode> prepare_encode(const codec_spec& spec, const_tensor_view shape,
+                                       operation op, const exec_options& opt) noexcept {
+  if (op != operation::encode && op != operation::encode_with_feedback)
+    return invalid("prepare_encode: op must be encode or encode_with_feedback");
+  if (auto st = check_encode_shape(spec, shape); !st.ok()) return st;
+  // backend::automatic: shape.data (if given) tells device memory from host memory.
+  auto picked = pick(opt.where, spec.id, shape.data);
   if (!picked) return picked.error();
-  const codec_ops& ops = *picked.value().ops;
+  return detail::prepared_access::make(spec, op, shape, picked.value());
+}
+
+result<std::size_t> encode(const prepared_encode& p, const context& ctx, const_tensor_view in,
+                           mutable_bytes out, const exec_options& opt) noexcept {
+  using access = detail::prepared_access;
+  if (auto st = access::check_input(p, operation::encode, in); !st.ok()) return st;
+  if (auto st = check_encode_buffers(in, out); !st.ok()) return st;
+  const picked_ops picked = access::picked(p);
+  const codec_spec& spec = p.spec();
   if (auto st = check_device_buffers(
-          picked.value(),
+          picked,
           {{in.data, "input"}, {out.data(), "output buffer"}, {opt.workspace.data(), "workspace"}});
       !st.ok())
     return st;
-  if (auto st = check_nonfinite_policy(spec, picked.value(), in, "input"); !st.ok()) return st;
-  if (auto st = check_workspace(need_workspace(ops, spec, in, operation::encode), opt); !st.ok())
-    return st;
+  if (auto st = check_nonfinite_policy(spec, picked, in, "input"); !st.ok()) return st;
+  if (auto st = check_workspace(p.workspace_bytes(), opt); !st.ok()) return st;
   carver ws(opt.workspace);
   frame_header h = base_header(spec, in, in.type);
   detail::encode_call call{
       spec,      ctx, in,          in.type,   out.data() + header_bytes, out.size() - header_bytes,
       ws.rest(), h,   opt.threads, opt.stream};
-  if (auto st = ops.encode(call); !st.ok()) return st;
-  return finish_encode(h, out, picked.value());
+  if (auto st = picked.ops->encode(call); !st.ok()) return st;
+  return finish_encode(h, out, picked);
+}
+
+result<std::size_t> encode(const codec_spec& spec, const context& ctx, const_tensor_view in,
+                           mutable_bytes out, const exec_options& opt) noexcept {
+  auto p = prepare_encode(spec, in, operation::encode, opt);
+  if (!p) return p.error();
+  return encode(p.value(), ctx, in, out, opt);
 }
 
 namespace {
@@ -532,10 +609,13 @@ status decode_accumulate_expected(const frame_header& expected, const_bytes fram
   return decode_expected_common(expected, frame, acc, alpha, true, verdict, opt);
 }
 
-result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& ctx,
+result<std::size_t> encode_with_feedback(const prepared_encode& prepared, const context& ctx,
                                          const_tensor_view grad, tensor_view residual,
                                          mutable_bytes out, const exec_options& opt) noexcept {
-  if (auto st = check_encode_args(spec, grad, out); !st.ok()) return st;
+  using access = detail::prepared_access;
+  if (auto st = access::check_input(prepared, operation::encode_with_feedback, grad); !st.ok())
+    return st;
+  if (auto st = check_encode_buffers(grad, out); !st.ok()) return st;
   if (auto st = check_view(residual, "residual"); !st.ok()) return st;
   if (auto st = check_disjoint(residual.data, byte_size(residual), "residual", grad.data,
                                byte_size(grad), "gradient");
@@ -547,22 +627,18 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
     return st;
   if (residual.n != grad.n)
     return status{status_code::shape_mismatch, "residual and gradient differ in length"};
-  auto picked = pick(opt.where, spec.id, grad.data);
-  if (!picked) return picked.error();
-  const codec_ops& ops = *picked.value().ops;
-  if (auto st = check_device_buffers(picked.value(), {{grad.data, "gradient"},
-                                                      {residual.data, "residual"},
-                                                      {out.data(), "output buffer"},
-                                                      {opt.workspace.data(), "workspace"}});
+  const picked_ops picked = access::picked(prepared);
+  const codec_spec& spec = prepared.spec();
+  const codec_ops& ops = *picked.ops;
+  if (auto st = check_device_buffers(picked, {{grad.data, "gradient"},
+                                              {residual.data, "residual"},
+                                              {out.data(), "output buffer"},
+                                              {opt.workspace.data(), "workspace"}});
       !st.ok())
     return st;
-  if (auto st = check_nonfinite_policy(spec, picked.value(), grad, "input"); !st.ok()) return st;
-  if (auto st = check_nonfinite_policy(spec, picked.value(), residual, "residual"); !st.ok())
-    return st;
-  if (auto st =
-          check_workspace(need_workspace(ops, spec, grad, operation::encode_with_feedback), opt);
-      !st.ok())
-    return st;
+  if (auto st = check_nonfinite_policy(spec, picked, grad, "input"); !st.ok()) return st;
+  if (auto st = check_nonfinite_policy(spec, picked, residual, "residual"); !st.ok()) return st;
+  if (auto st = check_workspace(prepared.workspace_bytes(), opt); !st.ok()) return st;
   carver ws(opt.workspace);
   frame_header h = base_header(spec, grad, grad.type);
   if (ops.encode_feedback != nullptr) {
@@ -570,9 +646,9 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
                                 out.size() - header_bytes, ws.rest(), h, opt.threads, opt.stream},
                                residual};
     if (auto st = ops.encode_feedback(call); !st.ok()) return st;
-    return finish_encode(h, out, picked.value());
+    return finish_encode(h, out, picked);
   }
-  if (picked.value().device != nullptr)  // the loops below run on the host
+  if (picked.device)  // the loops below run on the host
     return status{status_code::internal_error, "device backend without fused error feedback"};
   // Generic composition: p = g + e; encode p; d = decode; e = p - d.
   auto* p = reinterpret_cast<float*>(ws.take(grad.n * 4));
@@ -584,7 +660,7 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
       spec,      ctx, pv,          grad.type, out.data() + header_bytes, out.size() - header_bytes,
       ws.rest(), h,   opt.threads, opt.stream};
   if (auto st = ops.encode(call); !st.ok()) return st;
-  auto written = finish_encode(h, out, picked.value());
+  auto written = finish_encode(h, out, picked);
   if (!written) return written;
   const tensor_view dv{d, grad.n, dtype::f32, grad.rows};
   detail::decode_call dcall{
@@ -592,6 +668,14 @@ result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& 
   if (auto st = ops.decode(dcall); !st.ok()) return st;
   for (std::uint64_t i = 0; i < grad.n; ++i) store(residual, i, p[i] - d[i]);
   return written;
+}
+
+result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& ctx,
+                                         const_tensor_view grad, tensor_view residual,
+                                         mutable_bytes out, const exec_options& opt) noexcept {
+  auto p = prepare_encode(spec, grad, operation::encode_with_feedback, opt);
+  if (!p) return p.error();
+  return encode_with_feedback(p.value(), ctx, grad, residual, out, opt);
 }
 
 }  // namespace gradcodec

@@ -128,6 +128,12 @@ status failure_status(std::uint64_t word) {
                                        .append("); no rank has a result")};
 }
 
+//! `bytes` of the workspace's scratch (none for 0).
+static std::span<std::byte> scratch_of(run& r, std::size_t bytes) {
+  if (bytes == 0) return {};
+  return {r.ws.scratch.reserve(bytes, r.mem), bytes};
+}
+
 std::span<std::byte> codec_scratch(run& r, const codec_spec& spec, const_tensor_view shape,
                                    operation op) {
   auto need = workspace_size(spec, shape, op, r.exec({}));
@@ -135,20 +141,24 @@ std::span<std::byte> codec_scratch(run& r, const codec_spec& spec, const_tensor_
     r.fail(need.error());
     return {};
   }
-  if (need.value() == 0) return {};
-  return {r.ws.scratch.reserve(need.value(), r.mem), need.value()};
+  return scratch_of(r, need.value());
 }
 
 std::uint64_t encode_frame(run& r, const context& fctx, const_tensor_view in, tensor_view residual,
                            mutable_bytes dst) {
   if (!frame_aligned(r, dst.data())) return 0;
   const bool feedback = residual.data != nullptr;
-  auto ws = codec_scratch(r, r.cfg.spec, in,
-                          feedback ? operation::encode_with_feedback : operation::encode);
-  if (r.failed()) return 0;
+  // Prepared once: the spec is checked and the backend chosen once per frame.
+  const auto prepared = prepare_encode(
+      r.cfg.spec, in, feedback ? operation::encode_with_feedback : operation::encode, r.exec({}));
+  if (!prepared) {
+    r.fail(prepared.error());
+    return 0;
+  }
+  const auto ws = scratch_of(r, prepared.value().workspace_bytes());
   const result<std::size_t> written =
-      feedback ? encode_with_feedback(r.cfg.spec, fctx, in, residual, dst, r.exec(ws))
-               : encode(r.cfg.spec, fctx, in, dst, r.exec(ws));
+      feedback ? encode_with_feedback(prepared.value(), fctx, in, residual, dst, r.exec(ws))
+               : encode(prepared.value(), fctx, in, dst, r.exec(ws));
   if (!written) {
     r.fail(written.error());
     return 0;

@@ -55,6 +55,48 @@ result<std::size_t> workspace_size(const codec_spec& spec, const_tensor_view sha
 result<std::size_t> encode(const codec_spec& spec, const context& ctx, const_tensor_view input,
                            mutable_bytes out, const exec_options& opt = {}) noexcept;
 
+namespace detail {
+struct codec_ops;
+struct prepared_access;
+}  // namespace detail
+
+//! An encode (or error-feedback encode) prepared once for inputs of one shape: the spec
+//! validated, the backend chosen (under backend::automatic, for the memory `shape.data`
+//! points into), the workspace size known. Calls with it check only what depends on the
+//! buffers, so a caller that asks for the workspace and then encodes, call after call,
+//! validates and chooses once. Holds no buffer; copy it freely.
+class prepared_encode {
+ public:
+  [[nodiscard]] const codec_spec& spec() const noexcept { return spec_; }
+  [[nodiscard]] operation op() const noexcept { return op_; }
+  //! Scratch bytes every call with it needs (exec_options::workspace).
+  [[nodiscard]] std::size_t workspace_bytes() const noexcept { return workspace_; }
+  //! The backend chosen (never automatic).
+  [[nodiscard]] backend where() const noexcept { return where_; }
+
+ private:
+  friend struct detail::prepared_access;
+  codec_spec spec_{};
+  operation op_ = operation::encode;
+  backend where_ = backend::reference;
+  std::uint64_t n_ = 0, rows_ = 0;
+  dtype type_ = dtype::f32;
+  std::size_t workspace_ = 0;
+  const detail::codec_ops* ops_ = nullptr;
+  bool device_ = false;
+};
+
+//! Prepares `op` (encode or encode_with_feedback) for inputs of `shape`'s length, dtype and
+//! rows; `shape.data`, if given, is only used to tell device from host memory. The errors of
+//! workspace_size() for the same arguments.
+result<prepared_encode> prepare_encode(const codec_spec& spec, const_tensor_view shape,
+                                       operation op, const exec_options& opt = {}) noexcept;
+
+//! encode() with a prepared call: `input` must have the prepared length, dtype and rows
+//! (shape_mismatch otherwise) and p.op() must be encode; opt.where is not consulted.
+result<std::size_t> encode(const prepared_encode& p, const context& ctx, const_tensor_view input,
+                           mutable_bytes out, const exec_options& opt = {}) noexcept;
+
 //! Decodes a whole frame (exactly frame_bytes() long) into `out` (n elements, any dtype).
 //! Every length, count and index is checked before anything is written.
 status decode(const_bytes frame, tensor_view out, const exec_options& opt = {}) noexcept;
@@ -67,6 +109,10 @@ status decode_accumulate(const_bytes frame, tensor_view acc, float alpha,
 //! Error feedback fused into the encode: p = grad + residual (f32 adds), encodes p with the
 //! grad's dtype on the wire, then residual = p - decode(frame). Returns the bytes written.
 result<std::size_t> encode_with_feedback(const codec_spec& spec, const context& ctx,
+                                         const_tensor_view grad, tensor_view residual,
+                                         mutable_bytes out, const exec_options& opt = {}) noexcept;
+//! encode_with_feedback() with a prepared call (p.op() must be encode_with_feedback).
+result<std::size_t> encode_with_feedback(const prepared_encode& p, const context& ctx,
                                          const_tensor_view grad, tensor_view residual,
                                          mutable_bytes out, const exec_options& opt = {}) noexcept;
 
