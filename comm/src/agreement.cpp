@@ -5,7 +5,9 @@
 //! field, so all ranks see the same disagreement and return the same error.
 #include <string>
 
-#include "internal.hpp"
+#include "comm/src/agreement.hpp"
+#include "comm/src/buffers.hpp"
+#include "comm/src/collectives.hpp"
 
 namespace gradcodec::comm::detail {
 

@@ -4,9 +4,17 @@
 //! its segment once, the frames are allgathered, and every rank decode-accumulates all of
 //! them in rank order (or takes gradcodec::sign_majority_vote of them), so every rank
 //! computes the same bytes.
+#include "comm/src/buffers.hpp"
+#include "comm/src/chunks.hpp"
+#include "comm/src/collectives.hpp"
+#include "comm/src/contexts.hpp"
+#include "comm/src/pipeline.hpp"
+#include "comm/src/run.hpp"
+#include "comm/src/slices.hpp"
+#include "comm/src/strategies.hpp"
+#include "comm/src/wire_blocks.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
 #include "gradcodec/vote.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm::detail {
 

@@ -8,8 +8,16 @@
 #include <optional>
 #include <string>
 
+#include "comm/src/agreement.hpp"
+#include "comm/src/buffers.hpp"
+#include "comm/src/chunks.hpp"
+#include "comm/src/collectives.hpp"
+#include "comm/src/contexts.hpp"
+#include "comm/src/dense_reduce.hpp"
+#include "comm/src/run.hpp"
+#include "comm/src/state_setup.hpp"
+#include "comm/src/strategies.hpp"
 #include "gradcodec/bounds.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm {
 

@@ -5,7 +5,8 @@
 
 #include <string>
 
-#include "internal.hpp"
+#include "comm/src/buffers.hpp"
+#include "comm/src/slices.hpp"
 
 namespace gradcodec::comm {
 

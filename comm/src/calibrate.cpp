@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
+#include "comm/src/contexts.hpp"
 #include "gradcodec/bounds.hpp"
 #include "gradcodec/codec.hpp"
 #include "gradcodec/comm/allreduce.hpp"
 #include "gradcodec/comm/plan.hpp"
 #include "gradcodec/powersgd.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm {
 

@@ -7,9 +7,10 @@
 #include <cmath>
 #include <string>
 
+#include "comm/src/chunks.hpp"
+#include "comm/src/wire_blocks.hpp"
 #include "gradcodec/codec.hpp"
 #include "gradcodec/powersgd.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm {
 

@@ -5,7 +5,11 @@
 //! the transport (MPI_SUM, ncclSum) are never used: their order depends on the algorithm.
 #include <algorithm>
 
-#include "internal.hpp"
+#include "comm/src/chunks.hpp"
+#include "comm/src/collectives.hpp"
+#include "comm/src/dense_reduce.hpp"
+#include "comm/src/run.hpp"
+#include "comm/src/wire_blocks.hpp"
 
 namespace gradcodec::comm::detail {
 

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <new>
 
+#include "comm/src/slices.hpp"
 #include "gradcodec/comm/memory.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm {
 

@@ -14,8 +14,10 @@
 #include <thread>
 #include <utility>
 
+#include "comm/src/agreement.hpp"
+#include "comm/src/contexts.hpp"
+#include "comm/src/slices.hpp"
 #include "gradcodec/blocks/philox.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm {
 

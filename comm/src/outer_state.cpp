@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "comm/src/slices.hpp"
 #include "gradcodec/comm/outer.hpp"
 #include "gradcodec/frame.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm {
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "comm/src/chunks.hpp"
 #include "gradcodec/bounds.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm {
 

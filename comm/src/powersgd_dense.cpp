@@ -5,8 +5,14 @@
 //! tensor travel in one reduction, Q of every factorised tensor in a second one.
 #include <span>
 
+#include "comm/src/chunks.hpp"
+#include "comm/src/collectives.hpp"
+#include "comm/src/contexts.hpp"
+#include "comm/src/dense_reduce.hpp"
+#include "comm/src/run.hpp"
+#include "comm/src/slices.hpp"
+#include "comm/src/strategies.hpp"
 #include "gradcodec/powersgd.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm::detail {
 

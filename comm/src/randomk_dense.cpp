@@ -3,8 +3,16 @@
 //! The dense strategy of random-k: every rank derives the same k indices from the shared
 //! context, so only the k values are reduced (reduce-scatter, owner sums in rank order,
 //! allgather). Each rank writes the mean values into its own frame and decodes it.
+#include "comm/src/buffers.hpp"
+#include "comm/src/chunks.hpp"
+#include "comm/src/collectives.hpp"
+#include "comm/src/contexts.hpp"
+#include "comm/src/pipeline.hpp"
+#include "comm/src/run.hpp"
+#include "comm/src/slices.hpp"
+#include "comm/src/strategies.hpp"
+#include "comm/src/wire_blocks.hpp"
 #include "gradcodec/blocks/layout.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm::detail {
 

@@ -7,8 +7,14 @@
 #include <algorithm>
 #include <tuple>
 
+#include "comm/src/buffers.hpp"
+#include "comm/src/chunks.hpp"
+#include "comm/src/contexts.hpp"
+#include "comm/src/run.hpp"
+#include "comm/src/slices.hpp"
+#include "comm/src/state_setup.hpp"
+#include "comm/src/strategies.hpp"
 #include "gradcodec/frame.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm {
 

@@ -6,8 +6,16 @@
 //! with its own server residual, and the owners' frames are allgathered and decoded by
 //! every rank. The dense strategy of fp16/bf16 is the same program with the input divided
 //! by W before the cast, plain sums at the owner and no server residual.
+#include "comm/src/buffers.hpp"
+#include "comm/src/chunks.hpp"
+#include "comm/src/collectives.hpp"
+#include "comm/src/contexts.hpp"
+#include "comm/src/pipeline.hpp"
+#include "comm/src/run.hpp"
+#include "comm/src/slices.hpp"
+#include "comm/src/strategies.hpp"
+#include "comm/src/wire_blocks.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
-#include "internal.hpp"
 
 namespace gradcodec::comm::detail {
 

@@ -1,0 +1,30 @@
+// SPDX-License-Identifier: Apache-2.0
+//! @file
+//! How a call cuts its buffer: segments, and chunks of W in whole codec units.
+#pragma once
+
+#include <cstdint>
+
+#include "gradcodec/spec.hpp"
+
+namespace gradcodec::comm::detail {
+
+struct range {
+  std::uint64_t begin = 0, len = 0;
+};
+
+//! Chunk c of W over `len` elements in whole units: U = ceil(len/unit) units, chunk c gets
+//! U/W units plus one if c < U mod W, in order; the last non-empty chunk ends at len.
+range chunk_of(std::uint64_t len, std::uint64_t unit, int world, int c) noexcept;
+
+//! Elements per codec bucket for bucketed codecs, else 1: chunk and segment boundaries
+//! fall on multiples of it.
+std::uint64_t unit_of(const codec_spec& spec) noexcept;
+
+//! One segment of the flat buffer: elements [offset, offset + len), a rows x cols matrix
+//! when rows > 0 (PowerSGD).
+struct segment {
+  std::uint64_t offset = 0, len = 0, rows = 0;
+};
+
+}  // namespace gradcodec::comm::detail
