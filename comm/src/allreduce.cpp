@@ -16,7 +16,7 @@
 #include "comm/src/dense_reduce.hpp"
 #include "comm/src/run.hpp"
 #include "comm/src/state_setup.hpp"
-#include "comm/src/strategies.hpp"
+#include "comm/src/strategies/strategies.hpp"
 #include "gradcodec/bounds.hpp"
 
 namespace gradcodec::comm {

@@ -13,7 +13,7 @@
 #include "comm/src/run.hpp"
 #include "comm/src/slices.hpp"
 #include "comm/src/state_setup.hpp"
-#include "comm/src/strategies.hpp"
+#include "comm/src/strategies/strategies.hpp"
 #include "gradcodec/frame.hpp"
 
 namespace gradcodec::comm {

@@ -11,7 +11,7 @@
 #include "comm/src/dense_reduce.hpp"
 #include "comm/src/run.hpp"
 #include "comm/src/slices.hpp"
-#include "comm/src/strategies.hpp"
+#include "comm/src/strategies/strategies.hpp"
 #include "gradcodec/powersgd.hpp"
 
 namespace gradcodec::comm::detail {

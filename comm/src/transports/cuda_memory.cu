@@ -8,9 +8,9 @@
 #include <cstring>
 #include <string>
 
-#include "cuda_device_scope.hpp"
-#include "cuda_memory.hpp"
-#include "element_ops.hpp"
+#include "comm/src/transports/cuda_device_scope.hpp"
+#include "comm/src/transports/cuda_memory.hpp"
+#include "comm/src/element_ops.hpp"
 
 namespace gradcodec::comm::detail {
 

@@ -10,7 +10,7 @@
 #include "comm/src/pipeline.hpp"
 #include "comm/src/run.hpp"
 #include "comm/src/slices.hpp"
-#include "comm/src/strategies.hpp"
+#include "comm/src/strategies/strategies.hpp"
 #include "comm/src/wire_blocks.hpp"
 #include "gradcodec/blocks/layout.hpp"
 

@@ -8,9 +8,9 @@
 #include <string>
 #include <thread>
 
-#include "cuda_device_scope.hpp"
+#include "comm/src/transports/cuda_device_scope.hpp"
 #if defined(GRADCODEC_NCCL_DEVICE_MEMORY)
-#include "cuda_memory.hpp"
+#include "comm/src/transports/cuda_memory.hpp"
 #endif
 
 namespace gradcodec::comm {
