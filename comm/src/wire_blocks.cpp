@@ -117,4 +117,26 @@ status decode_frames(run& r, std::span<const frame_decode> jobs,
   return {};
 }
 
+status post_variable_allgather(run& r, slot& s, const std::byte* send, std::uint64_t bytes,
+                               std::span<const std::uint64_t> caps, buffer& recv,
+                               std::vector<std::uint64_t>& sizes) {
+  const auto w = static_cast<std::size_t>(r.world);
+  std::byte* headers = s.headers.reserve(w * block_header, r.mem);
+  {
+    timer t(r.times, &phase_times::comm_s);
+    count_traffic(r, block_header, w * block_header);
+    if (auto st = r.comm.allgather(send, block_header, headers); !st.ok()) return st;
+  }
+  s.offsets.resize(w);
+  for (std::size_t q = 0; q < w; ++q) s.offsets[q] = q * block_header;
+  if (auto st = read_blocks(r, headers, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
+  sizes.resize(w);
+  std::uint64_t total = 0;
+  for (std::size_t q = 0; q < w; ++q) total += sizes[q] = padded(s.frame_bytes[q]);
+  std::byte* into = recv.reserve(total + 1, r.mem);
+  count_traffic(r, padded(bytes), total);
+  timer t(r.times, &phase_times::comm_s);
+  return r.comm.iallgatherv(send + block_header, padded(bytes), into, sizes, s.req);
+}
+
 }  // namespace gradcodec::comm::detail

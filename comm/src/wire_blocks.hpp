@@ -45,6 +45,15 @@ inline std::vector<frame_header>* device_headers(const run& r, slot& s) {
   return r.mem.space() == memory_space::host ? nullptr : &s.expected;
 }
 
+//! Posts the all-gather of variable-size frames (docs/comm.md): every rank's 16-byte block
+//! header first (one blocking allgather into s.headers), read into s.frame_bytes with the
+//! capacities `caps` (one for all, or one per rank), then exactly each rank's padded frame
+//! (an iallgatherv on s.req into `recv`, the padded lengths in `sizes`). `send` is this
+//! rank's block: the header, then `bytes` of frame.
+status post_variable_allgather(run& r, slot& s, const std::byte* send, std::uint64_t bytes,
+                               std::span<const std::uint64_t> caps, buffer& recv,
+                               std::vector<std::uint64_t>& sizes);
+
 //! Runs the decodes in order, recording the first failing frame's failure on the run.
 //! With `headers` (one per decode, from read_blocks on device memory) each frame is
 //! decoded against its header (decode_expected) without a wait, and the verdicts come

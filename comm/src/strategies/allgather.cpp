@@ -64,23 +64,8 @@ class allgather_program final : public program {
       return r.comm.iallgather(send, block, recv, s.req);
     }
     // Variable size: the headers go first, then exactly the announced bytes.
-    std::byte* headers = s.headers.reserve(w * block_header, r.mem);
-    {
-      timer t(r.times, &phase_times::comm_s);
-      count_traffic(r, block_header, w * block_header);
-      if (auto st = r.comm.allgather(send, block_header, headers); !st.ok()) return st;
-    }
-    s.offsets.resize(w);
-    for (std::uint64_t q = 0; q < w; ++q) s.offsets[q] = q * block_header;
     const std::uint64_t caps[] = {cap};
-    if (auto st = read_blocks(r, headers, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
-    s.recv_sizes.resize(w);
-    std::uint64_t total = 0;
-    for (std::uint64_t q = 0; q < w; ++q) total += s.recv_sizes[q] = padded(s.frame_bytes[q]);
-    std::byte* recv = s.recv.reserve(total + 1, r.mem);
-    count_traffic(r, padded(bytes), total);
-    timer t(r.times, &phase_times::comm_s);
-    return r.comm.iallgatherv(send + block_header, padded(bytes), recv, s.recv_sizes, s.req);
+    return post_variable_allgather(r, s, send, bytes, caps, s.recv, s.recv_sizes);
   }
 
   status finish(run& r, std::uint64_t i, slot& s) {

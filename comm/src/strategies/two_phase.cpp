@@ -220,26 +220,11 @@ class two_phase_program final : public program {
       timer t(r.times, &phase_times::comm_s);
       return r.comm.iallgatherv(send, block_header + padded(scap), recv, s.server_sizes, s.req);
     }
-    std::byte* headers = s.headers.reserve(w * block_header, r.mem);
-    {
-      timer t(r.times, &phase_times::comm_s);
-      count_traffic(r, block_header, w * block_header);
-      if (auto st = r.comm.allgather(send, block_header, headers); !st.ok()) return st;
-    }
+    // Variable size: the headers go first, then exactly the frames (each chunk's capacity).
     auto& caps = r.ws.sizes_a;
     caps.assign(w, 0);
-    s.offsets.resize(w);
-    for (std::size_t c = 0; c < w; ++c) {
-      caps[c] = s.server_sizes[c] - block_header;
-      s.offsets[c] = c * block_header;
-    }
-    if (auto st = read_blocks(r, headers, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
-    total = 0;
-    for (std::size_t c = 0; c < w; ++c) total += s.server_sizes[c] = padded(s.frame_bytes[c]);
-    std::byte* recv = s.server_recv.reserve(total + 1, r.mem);
-    count_traffic(r, padded(bytes), total);
-    timer t(r.times, &phase_times::comm_s);
-    return r.comm.iallgatherv(send + block_header, padded(bytes), recv, s.server_sizes, s.req);
+    for (std::size_t c = 0; c < w; ++c) caps[c] = s.server_sizes[c] - block_header;
+    return post_variable_allgather(r, s, send, bytes, caps, s.server_recv, s.server_sizes);
   }
 
   status gather(run& r, std::uint64_t i, slot& s) {
