@@ -190,138 +190,176 @@ status transfer(memory_ops& from_mem, const float* from, memory_ops& to_mem, flo
   return to_mem.upload(to, from, n * 4);
 }
 
+using local_failure = std::optional<std::pair<local_reason, status>>;
+
+//! Where one call runs: the communicator of the compressed stage (the world, or this
+//! rank's level of a hierarchy), the memories, and this rank's role.
+struct call_layout {
+  memory_ops* agree_mem = nullptr;  // the world's: the agreement's buffers
+  memory_ops* data_mem = nullptr;   // in, out and the node sums
+  communicator* stage = nullptr;    // where the compressed stage runs
+  memory_ops* stage_mem = nullptr;  // the compressed stage's buffers and state
+  state_role role = state_role::flat;
+  local_failure problem;  // a hierarchy that does not fit together on this rank
+};
+
+//! The layout of a call on `world` (and `h`), or the unusable memory refusal, which needs
+//! no agreement: every rank of a communicator has the same memory.
+result<call_layout> lay_out(communicator& world, const hierarchy* h, const allreduce_config& cfg) {
+  call_layout l;
+  l.agree_mem = world.memory_services();
+  if (l.agree_mem == nullptr)
+    return status{
+        status_code::backend_unavailable,
+        std::string("allreduce: this build cannot run the strategies on the memory of the '")
+            .append(world.name())
+            .append("' communicator (a device communicator needs the CUDA backend)")};
+  // Where in, out and the node sums live: the world's memory, or a hierarchy's node
+  // memory (NCCL inside each node under an MPI world, say).
+  l.data_mem = l.agree_mem;
+  if (h != nullptr && h->intra != nullptr && h->intra->memory_services() != nullptr)
+    l.data_mem = h->intra->memory_services();
+  l.stage = &world;
+  l.stage_mem = l.data_mem;
+  if (h == nullptr) return l;
+  // The node sum moves from the node's memory to the leaders' when they differ, through
+  // the host: one of the two must be host memory.
+  memory_ops* inter_mem = h->inter != nullptr ? h->inter->memory_services() : l.data_mem;
+  const bool movable = inter_mem != nullptr && (same_memory(*inter_mem, *l.data_mem) ||
+                                                inter_mem->space() == memory_space::host ||
+                                                l.data_mem->space() == memory_space::host);
+  const bool consistent = h->world == &world && h->intra != nullptr &&
+                          h->intra->memory_services() != nullptr &&
+                          (h->leader() == (h->inter != nullptr)) && movable;
+  if (!consistent)
+    l.problem = std::pair{local_reason::bad_hierarchy, status{status_code::invalid_argument,
+                                                              "allreduce: inconsistent hierarchy"}};
+  l.role = h->leader() ? state_role::leader : state_role::member;
+  l.stage = h->leader() ? h->inter.get() : h->intra.get();
+  if (l.stage != nullptr && l.stage->memory_services() != nullptr)
+    l.stage_mem = l.stage->memory_services();
+  if (!l.problem && l.stage_mem->space() == memory_space::device &&
+      cfg.spec.nonfinite == nonfinite_policy::error)
+    l.problem = std::pair{
+        local_reason::nonfinite_on_device,
+        status{status_code::invalid_argument, "allreduce: nonfinite=error needs a host scan"}};
+  return l;
+}
+
+//! The agreement (or, without check_config, this rank's own failure alone).
+status agree_on_call(communicator& world, const hierarchy* h, const allreduce_config& cfg,
+                     strategy resolved, const context& ctx, const_tensor_view in,
+                     const allreduce_state& state, workspace& ws, phase_times* times,
+                     memory_ops& agree_mem, const local_failure& failure) {
+  if (!cfg.check_config) return failure ? failure->second : status{};
+  agreement a = fields_of(cfg, resolved, ctx, in, state, world.size(), h != nullptr);
+  if (failure)
+    a.local_failure = (static_cast<std::uint64_t>(world.rank()) << 16) |
+                      static_cast<std::uint64_t>(failure->first);
+  return agree(world, agree_mem, ws.get().words, a, times);
+}
+
+//! A hierarchical call after the agreement: the node's sum to its leader, the leaders'
+//! compressed call over the node sums (`r`, on the leaders), then the leader's outcome and
+//! result broadcast in the node.
+status run_hierarchical(communicator& world, const hierarchy& h, const allreduce_config& cfg,
+                        const context& ctx, const_tensor_view in, tensor_view out,
+                        allreduce_state& state, workspace& ws, phase_times* times,
+                        const call_layout& l, run& r) {
+  memory_ops& data_mem = *l.data_mem;
+  memory_ops& stage_mem = *l.stage_mem;
+  // 1. Sum the node's gradients (weighted 1/W_world for the mean) into the leader's buffer.
+  const float alpha = cfg.average ? 1.0f / static_cast<float>(world.size()) : 1.0f;
+  // When the levels' memories differ, the node level keeps buffers of its own: sharing
+  // them would reallocate (cudaMalloc, cudaFree) on every call.
+  const bool moved = !same_memory(stage_mem, data_mem);
+  workspace::impl& node_ws = moved ? ws.get().node_level() : ws.get();
+  run ri{*h.intra, cfg, r.how, ctx, in, out, state, node_ws, times, data_mem};
+  configure(ri, false);
+  ri.reported_rank = world.rank();
+  float* node = node_ws.node.as<float>(in.n + 1, data_mem);
+  if (auto st = dense_reduce_to_root(ri, in, node, alpha, 0); !st.ok()) return st;
+  // 2. The leaders run the compressed allreduce (a sum) over the node sums. A leader
+  // whose node failed still takes part, carrying the error word to the other leaders.
+  std::uint64_t word = 0;
+  status leader_status;
+  if (h.leader()) {
+    r.note(ri.poison);  // keeps a failure place_state recorded
+    // The leaders' stage works on the node sum in its own memory (a copy when the
+    // levels' memories differ). Failures from here on travel on, so no rank waits.
+    float* sum = moved ? ws.get().staged.as<float>(in.n + 1, stage_mem) : node;
+    if (moved && !r.failed())
+      if (auto st = transfer(data_mem, node, stage_mem, sum, in.n); !st.ok()) r.fail(st);
+    if (in.n > 0 && !stage_mem.accessible(sum))
+      r.fail(
+          {status_code::internal_error, "allreduce: the node sum is not in the leaders' memory"});
+    r.in = {sum, in.n, dtype::f32, in.rows};
+    r.out = {sum, in.n, dtype::f32, in.rows};
+    leader_status = dispatch(r);
+    if (leader_status.ok() && moved) leader_status = transfer(stage_mem, sum, data_mem, node, in.n);
+    if (!leader_status.ok())
+      word = r.poison != 0 ? r.poison : error_word(world.rank(), leader_status.code());
+  }
+  // 3. The leader broadcasts its outcome, then the result.
+  {
+    timer t(times, &phase_times::comm_s);
+    std::byte* at = ws.get().node_word.reserve(sizeof word, data_mem);
+    if (auto st = data_mem.upload(at, &word, sizeof word); !st.ok()) return st;
+    if (auto st = h.intra->broadcast(at, sizeof word, 0); !st.ok()) return st;
+    if (auto st = data_mem.download(&word, at, sizeof word); !st.ok()) return st;
+  }
+  if (word != 0) {
+    if (!ri.local.ok()) return ri.local;
+    return leader_status.ok() ? failure_status(word) : leader_status;
+  }
+  {
+    timer t(times, &phase_times::comm_s);
+    if (times) {
+      times->bytes_sent += h.leader() ? in.n * 4 : 0;
+      times->bytes_received += h.leader() ? 0 : in.n * 4;
+      times->collectives += 1;
+    }
+    if (auto st = h.intra->broadcast(node, in.n * 4, 0); !st.ok()) return st;
+  }
+  if (auto st = data_mem.from_f32(node, out); !st.ok()) return st;
+  return leader_status;
+}
+
 status entry(communicator& world, const hierarchy* h, const allreduce_config& cfg,
              const context& ctx, const_tensor_view in, tensor_view out, allreduce_state& state,
              workspace& ws, phase_times* times) {
-  // Every rank of a communicator has the same memory, so this refusal needs no agreement.
-  memory_ops* mem = world.memory_services();  // the agreement's
-  if (mem == nullptr)
-    return {status_code::backend_unavailable,
-            std::string("allreduce: this build cannot run the strategies on the memory of the '")
-                .append(world.name())
-                .append("' communicator (a device communicator needs the CUDA backend)")};
-  // Where in, out and the node sums live: the world's memory, or a hierarchy's node
-  // memory (NCCL inside each node under an MPI world, say).
-  memory_ops* data_mem = mem;
-  if (h != nullptr && h->intra != nullptr && h->intra->memory_services() != nullptr)
-    data_mem = h->intra->memory_services();
+  // 1. Where the call runs, and this rank's own checks.
+  auto layout = lay_out(world, h, cfg);
+  if (!layout) return layout.error();
+  const call_layout& l = layout.value();
   result<strategy> how = strategy::allgather;
-  auto failure = check_local(cfg, in, out, *data_mem, how);
+  local_failure failure = check_local(cfg, in, out, *l.data_mem, how);
+  if (!failure) failure = l.problem;
   const strategy resolved = how ? how.value() : strategy::automatic;
-
-  // The communicator the compressed stage runs over, and this rank's role in it.
-  communicator* stage = &world;
-  memory_ops* stage_mem = data_mem;  // where the compressed stage's buffers and state live
-  state_role role = state_role::flat;
-  if (h != nullptr) {
-    // The node sum moves from the node's memory to the leaders' when they differ, through
-    // the host: one of the two must be host memory.
-    memory_ops* inter_mem = h->inter != nullptr ? h->inter->memory_services() : data_mem;
-    const bool movable = inter_mem != nullptr && (same_memory(*inter_mem, *data_mem) ||
-                                                  inter_mem->space() == memory_space::host ||
-                                                  data_mem->space() == memory_space::host);
-    const bool consistent = h->world == &world && h->intra != nullptr &&
-                            h->intra->memory_services() != nullptr &&
-                            (h->leader() == (h->inter != nullptr)) && movable;
-    if (!consistent && !failure)
-      failure = std::pair{local_reason::bad_hierarchy, status{status_code::invalid_argument,
-                                                              "allreduce: inconsistent hierarchy"}};
-    role = h->leader() ? state_role::leader : state_role::member;
-    stage = h->leader() ? h->inter.get() : h->intra.get();
-    if (stage != nullptr && stage->memory_services() != nullptr)
-      stage_mem = stage->memory_services();
-    if (!failure && stage_mem->space() == memory_space::device &&
-        cfg.spec.nonfinite == nonfinite_policy::error)
-      failure = std::pair{
-          local_reason::nonfinite_on_device,
-          status{status_code::invalid_argument, "allreduce: nonfinite=error needs a host scan"}};
-  }
+  // 2. The run record, and whether the state belongs to this configuration.
   std::optional<run> r;
-  const std::uint64_t fp = config_fingerprint(cfg, resolved, in.n, in.rows, role);
-  if (!failure && stage != nullptr) {
-    r.emplace(run{*stage, cfg, resolved, ctx, in, out, state, ws.get(), times, *stage_mem});
+  const std::uint64_t fp = config_fingerprint(cfg, resolved, in.n, in.rows, l.role);
+  if (!failure && l.stage != nullptr) {
+    r.emplace(run{*l.stage, cfg, resolved, ctx, in, out, state, ws.get(), times, *l.stage_mem});
     configure(*r, h == nullptr && cfg.average);
     if (h != nullptr) r->reported_rank = world.rank();  // error words name world ranks
-    if (state.initialized() && !state_matches(*r, role, fp))
+    if (state.initialized() && !state_matches(*r, l.role, fp))
       failure = std::pair{local_reason::state_mismatch,
                           status{status_code::shape_mismatch,
                                  "allreduce: the state belongs to another configuration"}};
   }
-
-  if (cfg.check_config) {
-    agreement a = fields_of(cfg, resolved, ctx, in, state, world.size(), h != nullptr);
-    if (failure)
-      a.local_failure = (static_cast<std::uint64_t>(world.rank()) << 16) |
-                        static_cast<std::uint64_t>(failure->first);
-    if (auto st = agree(world, *mem, ws.get().words, a, times); !st.ok()) return st;
-  } else if (failure) {
-    return failure->second;
-  }
-  if (!state.initialized()) init_state(*r, role, fp);
-  // A failure to move the state into this memory travels in the block headers.
+  // 3. Every rank the same outcome, or none goes on.
+  if (auto st =
+          agree_on_call(world, h, cfg, resolved, ctx, in, state, ws, times, *l.agree_mem, failure);
+      !st.ok())
+    return st;
+  // 4. The state, in the stage's memory; a failure to move it travels in the block headers.
+  if (!state.initialized()) init_state(*r, l.role, fp);
   if (auto st = place_state(*r); !st.ok()) r->fail(st);
-
-  status result;
-  if (h == nullptr) {
-    result = dispatch(*r);
-  } else {
-    // 1. Sum the node's gradients (weighted 1/W_world for the mean) into the leader's buffer.
-    const float alpha = cfg.average ? 1.0f / static_cast<float>(world.size()) : 1.0f;
-    // When the levels' memories differ, the node level keeps buffers of its own: sharing
-    // them would reallocate (cudaMalloc, cudaFree) on every call.
-    const bool moved = !same_memory(*stage_mem, *data_mem);
-    workspace::impl& node_ws = moved ? ws.get().node_level() : ws.get();
-    run ri{*h->intra, cfg, resolved, ctx, in, out, state, node_ws, times, *data_mem};
-    configure(ri, false);
-    ri.reported_rank = world.rank();
-    float* node = node_ws.node.as<float>(in.n + 1, *data_mem);
-    if (auto st = dense_reduce_to_root(ri, in, node, alpha, 0); !st.ok()) return st;
-    // 2. The leaders run the compressed allreduce (a sum) over the node sums. A leader
-    // whose node failed still takes part, carrying the error word to the other leaders.
-    std::uint64_t word = 0;
-    status leader_status;
-    if (h->leader()) {
-      r->note(ri.poison);  // keeps a failure place_state recorded
-      // The leaders' stage works on the node sum in its own memory (a copy when the
-      // levels' memories differ). Failures from here on travel on, so no rank waits.
-      float* sum = moved ? ws.get().staged.as<float>(in.n + 1, *stage_mem) : node;
-      if (moved && !r->failed())
-        if (auto st = transfer(*data_mem, node, *stage_mem, sum, in.n); !st.ok()) r->fail(st);
-      if (in.n > 0 && !stage_mem->accessible(sum))
-        r->fail(
-            {status_code::internal_error, "allreduce: the node sum is not in the leaders' memory"});
-      r->in = {sum, in.n, dtype::f32, in.rows};
-      r->out = {sum, in.n, dtype::f32, in.rows};
-      leader_status = dispatch(*r);
-      if (leader_status.ok() && moved)
-        leader_status = transfer(*stage_mem, sum, *data_mem, node, in.n);
-      if (!leader_status.ok())
-        word = r->poison != 0 ? r->poison : error_word(world.rank(), leader_status.code());
-    }
-    // 3. The leader broadcasts its outcome, then the result.
-    {
-      timer t(times, &phase_times::comm_s);
-      std::byte* at = ws.get().node_word.reserve(sizeof word, *data_mem);
-      if (auto st = data_mem->upload(at, &word, sizeof word); !st.ok()) return st;
-      if (auto st = h->intra->broadcast(at, sizeof word, 0); !st.ok()) return st;
-      if (auto st = data_mem->download(&word, at, sizeof word); !st.ok()) return st;
-    }
-    if (word != 0) {
-      if (!ri.local.ok()) return ri.local;
-      return leader_status.ok() ? failure_status(word) : leader_status;
-    }
-    {
-      timer t(times, &phase_times::comm_s);
-      if (times) {
-        times->bytes_sent += h->leader() ? in.n * 4 : 0;
-        times->bytes_received += h->leader() ? 0 : in.n * 4;
-        times->collectives += 1;
-      }
-      if (auto st = h->intra->broadcast(node, in.n * 4, 0); !st.ok()) return st;
-    }
-    if (auto st = data_mem->from_f32(node, out); !st.ok()) return st;
-    result = leader_status;
-  }
+  // 5. The call itself.
+  const status result =
+      h == nullptr ? dispatch(*r)
+                   : run_hierarchical(world, *h, cfg, ctx, in, out, state, ws, times, l, *r);
   if (result.ok()) ++state.steps;
   return result;
 }
