@@ -118,13 +118,20 @@ struct device_powersgd_phases {
                                 void* stream);
 };
 
+struct powersgd_kernels;  // contract/powersgd_kernels.hpp
+struct vote_kernels;      // contract/vote_kernels.hpp
+
 //! A backend: one codec_ops per codec id (index = id - 1); a null encode means the codec
-//! is not implemented there and the front end reports backend_unavailable.
+//! is not implemented there and the front end reports backend_unavailable. A host backend
+//! also carries the kernels of the PowerSGD phase API and of the majority vote, so every
+//! call, codec or not, reaches the backend through this one table, chosen by one rule.
 struct backend_table {
   const char* name;
   codec_ops codecs[codec_count];
   const device_access* device = nullptr;                    //!< null: host memory
   const device_powersgd_phases* powersgd_phases = nullptr;  //!< device backends only
+  const powersgd_kernels* powersgd = nullptr;               //!< host backends only
+  const vote_kernels* vote = nullptr;                       //!< host backends only
 };
 
 //! The buffers of one call, named for messages.

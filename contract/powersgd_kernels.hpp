@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! The kernels behind the PowerSGD phase API (include/gradcodec/powersgd.hpp). The public
-//! functions in src/powersgd.cpp check their arguments, then run these: the CPU backend's
-//! (cpu/kernels/powersgd-inl.hpp, for the active ISA) when the library has one, else the
-//! plain scalar code of reference/powersgd_phases.cpp. Both compute the same bits (docs/codecs.md).
+//! functions in src/powersgd.cpp check their arguments, then run those of the host backend
+//! chosen as for codec calls (backend_table::powersgd): the CPU backend's
+//! (cpu/kernels/powersgd-inl.hpp, for the pinned ISA) or the reference's, the plain scalar
+//! code of reference/powersgd_phases.cpp. Both compute the same bits (docs/codecs.md).
 //! Kernels never fail and take already-checked shapes; spans do not overlap.
 #pragma once
 
 #include <cstdint>
 
+#include "gradcodec/codec.hpp"
 #include "gradcodec/views.hpp"
 
 namespace gradcodec::detail {
@@ -30,16 +32,11 @@ struct powersgd_kernels {
                  int world, bool ef, float* residual, tensor_view out);
 };
 
-//! The scalar kernels (reference/powersgd_phases.cpp): the oracle the CPU ones are tested against.
+//! The scalar kernels (reference/powersgd_phases.cpp): the oracle the CPU ones are tested
+//! against, and the reference backend's.
 const powersgd_kernels& powersgd_scalar_kernels() noexcept;
-//! The CPU backend's kernels for the active ISA; null when the library has no CPU backend
-//! or no variant this CPU can run.
-const powersgd_kernels* powersgd_cpu_kernels() noexcept;
-//! The same from the CPU backend itself (cpu/isa.cpp, which knows the variants built).
-const powersgd_kernels* cpu_powersgd_phase_kernels() noexcept;
-//! What the phase API runs: the pinned kernels if any, else the CPU ones, else the scalar.
-const powersgd_kernels& powersgd_kernels_in_use() noexcept;
-//! Pins the kernels the phase API runs (tests); nullptr restores the default choice.
-void powersgd_pin_kernels(const powersgd_kernels* k) noexcept;
+//! The kernels the phase API runs on host memory for `where` (automatic, reference or cpu):
+//! the host backend a codec call would take. Null for cpu when the CPU backend is missing.
+const powersgd_kernels* powersgd_host_kernels(backend where) noexcept;
 
 }  // namespace gradcodec::detail

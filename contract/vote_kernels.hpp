@@ -53,13 +53,11 @@ struct vote_kernels {
   void (*vote)(const vote_call& c);
 };
 
-//! The scalar kernel (reference/vote.cpp): the oracle.
+//! The scalar kernel (reference/vote.cpp): the oracle, and the reference backend's.
 const vote_kernels& vote_scalar_kernels() noexcept;
-//! The CPU backend's kernel for the active ISA (cpu/isa.cpp); null when the library has no
-//! CPU backend or no variant this CPU can run.
-const vote_kernels* cpu_vote_kernels() noexcept;
-//! sign_majority_vote with the given kernels (the public function passes the CPU ones when
-//! there are, else the scalar ones; tests pass each).
+//! sign_majority_vote with the given kernels (the public function passes those of the host
+//! backend codec calls choose: the CPU backend's for the pinned ISA, else the reference's;
+//! tests pass each).
 status majority_vote_with(const vote_kernels& k, std::span<const const_bytes> frames,
                           tensor_view out, float alpha) noexcept;
 

@@ -13,26 +13,18 @@
 #include <thread>
 
 #include "contract/backend.hpp"
-#include "contract/powersgd_kernels.hpp"
-#include "contract/vote_kernels.hpp"
 #include "gradcodec/cpu.hpp"
 
 namespace gradcodec {
 namespace cpu {
 namespace scalar {
 const detail::backend_table* table() noexcept;
-const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
-const detail::vote_kernels* vote_kernels() noexcept;
 }  // namespace scalar
 namespace avx2 {
 const detail::backend_table* table() noexcept;
-const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
-const detail::vote_kernels* vote_kernels() noexcept;
 }  // namespace avx2
 namespace avx512 {
 const detail::backend_table* table() noexcept;
-const detail::powersgd_kernels* powersgd_phase_kernels() noexcept;
-const detail::vote_kernels* vote_kernels() noexcept;
 }  // namespace avx512
 }  // namespace cpu
 
@@ -49,31 +41,20 @@ namespace {
 #define GRADCODEC_CPU_HAVE_AVX512 0
 #endif
 
-//! A variant's codec table, PowerSGD phase kernels and majority vote; nulls when the build
-//! left it out.
-struct variant {
-  const detail::backend_table* table = nullptr;
-  const detail::powersgd_kernels* powersgd = nullptr;
-  const detail::vote_kernels* vote = nullptr;
-};
-
-variant variant_of(cpu_isa isa) noexcept {
+//! A variant's table (its codecs, PowerSGD phase kernels and majority vote); null when the
+//! build left it out.
+const detail::backend_table* variant_of(cpu_isa isa) noexcept {
   switch (isa) {
 #if GRADCODEC_CPU_HAVE_AVX512
-    case cpu_isa::avx512:
-      return {cpu::avx512::table(), cpu::avx512::powersgd_phase_kernels(),
-              cpu::avx512::vote_kernels()};
+    case cpu_isa::avx512: return cpu::avx512::table();
 #endif
 #if GRADCODEC_CPU_HAVE_AVX2
-    case cpu_isa::avx2:
-      return {cpu::avx2::table(), cpu::avx2::powersgd_phase_kernels(), cpu::avx2::vote_kernels()};
+    case cpu_isa::avx2: return cpu::avx2::table();
 #endif
 #if GRADCODEC_CPU_HAVE_SCALAR
-    case cpu_isa::scalar:
-      return {cpu::scalar::table(), cpu::scalar::powersgd_phase_kernels(),
-              cpu::scalar::vote_kernels()};
+    case cpu_isa::scalar: return cpu::scalar::table();
 #endif
-    default: return {};
+    default: return nullptr;
   }
 }
 
@@ -179,9 +160,7 @@ result<cpu_isa> cpu_isa_from_name(std::string_view name) {
                 std::string("unknown CPU ISA '").append(name).append("' (scalar|avx2|avx512)")};
 }
 
-bool cpu_isa_supported(cpu_isa isa) noexcept {
-  return variant_of(isa).table != nullptr && cpu_has(isa);
-}
+bool cpu_isa_supported(cpu_isa isa) noexcept { return variant_of(isa) != nullptr && cpu_has(isa); }
 
 cpu_isa cpu_isa_best() noexcept {
   if (cpu_isa_supported(cpu_isa::avx512)) return cpu_isa::avx512;
@@ -213,17 +192,7 @@ namespace detail {
 // Null (no CPU backend) only when the build has no variant this CPU can run.
 const backend_table* cpu_backend_table() noexcept {
   const cpu_isa isa = cpu_isa_active();
-  return cpu_isa_supported(isa) ? variant_of(isa).table : nullptr;
-}
-
-const powersgd_kernels* cpu_powersgd_phase_kernels() noexcept {
-  const cpu_isa isa = cpu_isa_active();
-  return cpu_isa_supported(isa) ? variant_of(isa).powersgd : nullptr;
-}
-
-const vote_kernels* cpu_vote_kernels() noexcept {
-  const cpu_isa isa = cpu_isa_active();
-  return cpu_isa_supported(isa) ? variant_of(isa).vote : nullptr;
+  return cpu_isa_supported(isa) ? variant_of(isa) : nullptr;
 }
 
 }  // namespace detail

@@ -13,6 +13,10 @@ const detail::backend_table* table() noexcept {
       GRADCODEC_CPU_NAME,
       {topk_ops, dgc_ops, randomk_ops, threshold_ops, qsgd_ops, terngrad_ops, minmax_ops,
        onebit_ops, sign_ops, cast_ops, cast_ops, powersgd_ops, block_scaled_ops, block_scaled_ops,
-       block_scaled_ops, block_scaled_ops, block_scaled_ops, block_scaled_ops}};
+       block_scaled_ops, block_scaled_ops, block_scaled_ops, block_scaled_ops},
+      nullptr,
+      nullptr,
+      powersgd_phase_kernels(),
+      vote_kernels()};
   return &t;
 }

@@ -2,6 +2,8 @@
 //! @file
 //! The reference backend's codec table.
 #include "common.hpp"
+#include "contract/powersgd_kernels.hpp"
+#include "contract/vote_kernels.hpp"
 
 namespace gradcodec::detail {
 
@@ -31,7 +33,11 @@ const backend_table& reference_backend() noexcept {
           block_scaled,
           block_scaled,
           block_scaled,
-      }};
+      },
+      nullptr,
+      nullptr,
+      &powersgd_scalar_kernels(),
+      &vote_scalar_kernels()};
   return table;
 }
 

@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! The PowerSGD phase API (docs/codecs.md "powersgd"): argument checks, then the kernels of
-//! contract/powersgd_kernels.hpp: the CPU backend's when the library has one, else the
-//! scalar oracle (reference/powersgd_phases.cpp), which the CPU and CUDA versions
-//! reproduce bit for bit. Also the state checkpoint format (docs/format.md "PowerSGD state").
+//! the backend chosen as for codec calls (exec_options::where): the CUDA phases, or a host
+//! backend's contract/powersgd_kernels.hpp (the CPU backend's, or the reference's scalar
+//! oracle, reference/powersgd_phases.cpp, which the CPU and CUDA versions reproduce bit
+//! for bit). Also the state checkpoint format (docs/format.md "PowerSGD state").
 #include "gradcodec/powersgd.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -103,44 +103,30 @@ bool all_zero(const std::byte* p, std::uint64_t from, std::uint64_t to) {
 
 status corrupt_state(std::string_view why) { return {status_code::corrupt_frame, why}; }
 
-std::atomic<const detail::powersgd_kernels*>& pinned_kernels() {
-  static std::atomic<const detail::powersgd_kernels*> pinned{nullptr};
-  return pinned;
-}
-
 }  // namespace
 
 namespace detail {
 
-const powersgd_kernels* powersgd_cpu_kernels() noexcept {
-#if GRADCODEC_HAVE_CPU_BACKEND
-  return cpu_powersgd_phase_kernels();
-#else
-  return nullptr;
-#endif
-}
-
-const powersgd_kernels& powersgd_kernels_in_use() noexcept {
-  if (const powersgd_kernels* k = pinned_kernels().load(std::memory_order_acquire)) return *k;
-  if (const powersgd_kernels* k = powersgd_cpu_kernels()) return *k;
-  return powersgd_scalar_kernels();
-}
-
-void powersgd_pin_kernels(const powersgd_kernels* k) noexcept {
-  pinned_kernels().store(k, std::memory_order_release);
+const powersgd_kernels* powersgd_host_kernels(backend where) noexcept {
+  // The host backend a codec call would take: reference or cpu as asked, automatic the CPU
+  // backend when built, else the reference.
+  const backend_table* h = where == backend::reference ? &reference_backend() : cpu_backend();
+  if (h == nullptr && where == backend::cpu) return nullptr;
+  if (h == nullptr || h->powersgd == nullptr) h = &reference_backend();
+  return h->powersgd;
 }
 
 }  // namespace detail
 
 namespace {
-using detail::powersgd_kernels_in_use;
 
 //! Where a phase runs: the device phases when opt asks for CUDA (or automatic finds
-//! `first` in device memory), null for the host kernels; an error when CUDA is asked for
+//! `first` in device memory), else the host backend's kernels; an error when CUDA is asked for
 //! and missing, an array is not device memory, or nonfinite=error needs a host scan.
 struct phase_target {
   const detail::device_powersgd_phases* device = nullptr;
   status error{};
+  const detail::powersgd_kernels* host = nullptr;  //!< when device is null and error is ok
 };
 
 phase_target target_of(const codec_spec* spec, const exec_options& opt, const void* first,
@@ -149,7 +135,12 @@ phase_target target_of(const codec_spec* spec, const exec_options& opt, const vo
   const bool want =
       opt.where == backend::cuda || (opt.where == backend::automatic && g != nullptr &&
                                      g->device != nullptr && g->device->owns(first));
-  if (!want) return {nullptr, detail::check_buffer_memory(false, arrays, "powersgd")};
+  if (!want) {
+    const detail::powersgd_kernels* h = detail::powersgd_host_kernels(opt.where);
+    if (h == nullptr)
+      return {nullptr, {status_code::backend_unavailable, "backend 'cpu' is not available"}};
+    return {nullptr, detail::check_buffer_memory(false, arrays, "powersgd"), h};
+  }
   if (g == nullptr || g->powersgd_phases == nullptr)
     return {nullptr, {status_code::backend_unavailable, "backend 'cuda' is not available"}};
   if (auto st = detail::check_buffer_memory(true, arrays, "powersgd"); !st.ok())
@@ -199,7 +190,7 @@ status powersgd_orthogonalize(std::span<float> a, std::uint64_t rows, std::uint3
   const phase_target t = target_of(nullptr, opt, a.data(), {{a.data(), "a"}});
   if (!t.error.ok()) return t.error;
   if (t.device != nullptr) return t.device->orthogonalize(a.data(), rows, r, eps, opt.stream);
-  powersgd_kernels_in_use().orthogonalize(a.data(), rows, r, eps);
+  t.host->orthogonalize(a.data(), rows, r, eps);
   return {};
 }
 
@@ -234,7 +225,7 @@ status powersgd_init_q(const codec_spec& spec, const context& ctx, std::uint64_t
   }
   // The host kernels directly: the arrays were placed above (a managed q must not be
   // sent to the GPU by the automatic choice of the public call).
-  powersgd_kernels_in_use().orthogonalize(q.data(), cols, r, spec.eps);
+  t.host->orthogonalize(q.data(), cols, r, spec.eps);
   return {};
 }
 
@@ -260,7 +251,7 @@ status powersgd_compute_p(const codec_spec& spec, const_tensor_view grad, std::s
   if (t.device != nullptr)
     return t.device->compute_p(grad, residual.data(), q.data(), p.data(), rows, cols, r,
                                opt.stream);
-  const detail::powersgd_kernels& k = powersgd_kernels_in_use();
+  const detail::powersgd_kernels& k = *t.host;
   if (spec.nonfinite == nonfinite_policy::error && k.nonfinite_sum(grad, residual.data()))
     return {status_code::nonfinite_input,
             "powersgd: grad + residual holds NaN or Inf (nonfinite=error)"};
@@ -296,7 +287,7 @@ phase_target q_target(const codec_spec& spec, std::span<const float> p,
 status project(const phase_target& t, const float* p, const float* m, std::uint64_t rows,
                std::uint64_t cols, std::uint32_t r, float* q, const exec_options& opt) {
   if (t.device != nullptr) return t.device->project_q(p, m, rows, cols, r, q, opt.stream);
-  powersgd_kernels_in_use().compute_q(m, rows, cols, p, r, q);
+  t.host->compute_q(m, rows, cols, p, r, q);
   return {};
 }
 
@@ -312,7 +303,7 @@ status powersgd_compute_q(const codec_spec& spec, std::span<float> p,
     if (auto st = t.device->orthogonalize(p.data(), rows, r, spec.eps, opt.stream); !st.ok())
       return st;
   } else {
-    powersgd_kernels_in_use().orthogonalize(p.data(), rows, r, spec.eps);
+    t.host->orthogonalize(p.data(), rows, r, spec.eps);
   }
   return project(t, p.data(), residual.data(), rows, cols, r, q.data(), opt);
 }
@@ -363,8 +354,7 @@ status powersgd_orthogonalize_batch(std::span<const powersgd_matrix> batch, floa
       return st;
   if (t.device != nullptr)
     return t.device->orthogonalize_batch(batch.data(), batch.size(), eps, opt.stream);
-  for (const powersgd_matrix& m : batch)
-    powersgd_kernels_in_use().orthogonalize(m.a.data(), m.rows, m.r, eps);
+  for (const powersgd_matrix& m : batch) t.host->orthogonalize(m.a.data(), m.rows, m.r, eps);
   return {};
 }
 
@@ -393,8 +383,8 @@ status powersgd_finish(const codec_spec& spec, std::span<const float> p, std::sp
   if (t.device != nullptr)
     return t.device->finish(p.data(), q.data(), rows, cols, r, world_size, error_feedback,
                             residual.data(), out, opt.stream);
-  powersgd_kernels_in_use().finish(p.data(), q.data(), rows, cols, r, world_size, error_feedback,
-                                   residual.data(), out);
+  t.host->finish(p.data(), q.data(), rows, cols, r, world_size, error_feedback, residual.data(),
+                 out);
   return {};
 }
 

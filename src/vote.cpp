@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "contract/backend.hpp"
 #include "contract/scalar_values.hpp"
 #include "contract/vote_kernels.hpp"
 #include "gradcodec/blocks/float16.hpp"
@@ -87,11 +88,10 @@ status majority_vote_with(const vote_kernels& k, std::span<const const_bytes> fr
 
 status sign_majority_vote(std::span<const const_bytes> frames, tensor_view out,
                           float alpha) noexcept {
-#if GRADCODEC_HAVE_CPU_BACKEND
-  if (const detail::vote_kernels* k = detail::cpu_vote_kernels())
-    return detail::majority_vote_with(*k, frames, out, alpha);
-#endif
-  return detail::majority_vote_with(detail::vote_scalar_kernels(), frames, out, alpha);
+  // The host backend a codec call on host memory runs on: the CPU backend, else the reference.
+  const detail::backend_table* t = detail::cpu_backend();
+  if (t == nullptr || t->vote == nullptr) t = &detail::reference_backend();
+  return detail::majority_vote_with(*t->vote, frames, out, alpha);
 }
 
 }  // namespace gradcodec

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "contract/backend.hpp"
 #include "contract/powersgd_kernels.hpp"
 #include "gradcodec/cpu.hpp"
 #include "support/backend_compare.hpp"
@@ -70,7 +71,6 @@ class CpuPowersgd : public testing::Test {
   void TearDown() override {
     (void)gc::set_cpu_isa(gc::cpu_isa_best());
     gc::set_cpu_default_threads(0);
-    gc::detail::powersgd_pin_kernels(nullptr);
   }
 };
 
@@ -214,30 +214,30 @@ void append(std::vector<float>& log, const std::vector<float>& v) {
   log.insert(log.end(), v.begin(), v.end());
 }
 
-phase_trace run_phases(std::uint64_t rows, std::uint64_t cols, std::uint32_t rank,
-                       gc::dtype out_type, bool ef, int steps, float scale = 1.0f,
-                       float special = 0.0f) {
+phase_trace run_phases(const gc::exec_options& opt, std::uint64_t rows, std::uint64_t cols,
+                       std::uint32_t rank, gc::dtype out_type, bool ef, int steps,
+                       float scale = 1.0f, float special = 0.0f) {
   const gc::codec_spec spec = psgd(rank);
   const gc::context ctx{3, 0, 21};
   const std::uint32_t r = gc::powersgd_rank(spec, rows, cols);
   std::vector<float> q(cols * r), p(rows * r), residual(rows * cols, 0.0f);
   phase_trace t;
-  EXPECT_TRUE(gc::powersgd_init_q(spec, ctx, rows, cols, q).ok());
+  EXPECT_TRUE(gc::powersgd_init_q(spec, ctx, rows, cols, q, opt).ok());
   append(t.log, q);
   for (int step = 0; step < steps; ++step) {
     auto gv = gc::test::gaussian(rows * cols, 100 + step, scale);
     if (special != 0.0f && step == 1) gv[gv.size() / 2] = special;
     const tensor g(gv, out_type == gc::dtype::f32 ? gc::dtype::f32 : gc::dtype::bf16, rows);
-    EXPECT_TRUE(gc::powersgd_compute_p(spec, g.cview(), residual, q, p).ok());
+    EXPECT_TRUE(gc::powersgd_compute_p(spec, g.cview(), residual, q, p, opt).ok());
     append(t.log, p);
     append(t.log, residual);
     for (auto& x : p) x = x + x;  // allreduce-sum over two identical ranks
-    EXPECT_TRUE(gc::powersgd_compute_q(spec, p, residual, rows, cols, q).ok());
+    EXPECT_TRUE(gc::powersgd_compute_q(spec, p, residual, rows, cols, q, opt).ok());
     append(t.log, p);
     append(t.log, q);
     for (auto& x : q) x = x + x;
     tensor out = tensor::zeros(rows * cols, out_type, rows);
-    EXPECT_TRUE(gc::powersgd_finish(spec, p, q, 2, ef, residual, out.mview()).ok());
+    EXPECT_TRUE(gc::powersgd_finish(spec, p, q, 2, ef, residual, out.mview(), opt).ok());
     append(t.log, q);
     append(t.log, residual);
     t.out.insert(t.out.end(), out.bytes.begin(), out.bytes.end());
@@ -253,17 +253,20 @@ void check_phases(std::uint64_t rows, std::uint64_t cols, std::uint32_t rank, gc
                   bool ef, int steps, float scale = 1.0f, float special = 0.0f) {
   SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols) + " rank " + std::to_string(rank) +
                " out " + std::string(gc::dtype_name(out_type)) + (ef ? " ef" : ""));
-  gc::detail::powersgd_pin_kernels(&gc::detail::powersgd_scalar_kernels());
-  const phase_trace want = run_phases(rows, cols, rank, out_type, ef, steps, scale, special);
-  gc::detail::powersgd_pin_kernels(nullptr);
+  const phase_trace want = run_phases(gc::exec_options{gc::backend::reference}, rows, cols, rank,
+                                      out_type, ef, steps, scale, special);
   for (auto isa : supported_isas()) {
     ASSERT_TRUE(gc::set_cpu_isa(isa).ok());
-    ASSERT_STREQ(gc::detail::powersgd_kernels_in_use().name,
+    // The phases run the kernels of the backend codec calls take: the pinned ISA's.
+    ASSERT_STREQ(gc::detail::powersgd_host_kernels(gc::backend::automatic)->name,
                  (std::string("cpu-") + std::string(gc::cpu_isa_name(isa))).c_str());
+    ASSERT_STREQ(gc::detail::powersgd_host_kernels(gc::backend::reference)->name,
+                 gc::detail::powersgd_scalar_kernels().name);
     for (int threads : {1, 2, 3}) {
       SCOPED_TRACE(std::string(gc::cpu_isa_name(isa)) + " threads " + std::to_string(threads));
       gc::set_cpu_default_threads(threads);
-      const phase_trace got = run_phases(rows, cols, rank, out_type, ef, steps, scale, special);
+      const phase_trace got =
+          run_phases(gc::exec_options{}, rows, cols, rank, out_type, ef, steps, scale, special);
       ASSERT_TRUE(same_bits(got.log, want.log));
       ASSERT_EQ(got.out, want.out);
     }
