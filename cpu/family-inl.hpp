@@ -15,6 +15,9 @@
 
 #include "ops-inl.hpp"
 
+//! Exact products of two 64-bit counts (strata bounds, sample sizes).
+__extension__ typedef unsigned __int128 u128;
+
 // Scalar element access (contract/scalar_values.hpp), for tails and scalar paths.
 using detail::canonical_nan;
 using detail::get_value;

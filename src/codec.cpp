@@ -98,11 +98,6 @@ struct picked_ops {
   backend where;  //!< the backend chosen (never automatic)
 };
 
-backend backend_of(const backend_table* t) noexcept {
-  if (t == &detail::reference_backend()) return backend::reference;
-  return t == detail::cpu_backend() ? backend::cpu : backend::cuda;
-}
-
 //! Whether a call on `where` with this buffer goes to the CUDA backend.
 const backend_table* device_table(backend where, const void* data) noexcept {
   const backend_table* g = detail::cuda_backend();
@@ -115,12 +110,17 @@ result<picked_ops> pick(backend where, codec_id id, const void* data) noexcept {
   // Device memory: the CUDA backend. Host memory: the CPU backend when built (and the
   // codec is there), else the reference.
   const backend_table* t = nullptr;
+  backend chosen = where;
   if (where == backend::automatic) {
     t = device_table(where, data);
+    chosen = backend::cuda;
     if (t == nullptr) {
       t = detail::cpu_backend();
-      if (t == nullptr || t->codecs[static_cast<int>(id) - 1].encode == nullptr)
+      chosen = backend::cpu;
+      if (t == nullptr || t->codecs[static_cast<int>(id) - 1].encode == nullptr) {
         t = &detail::reference_backend();
+        chosen = backend::reference;
+      }
     }
   } else {
     t = table_of(where);
@@ -135,7 +135,7 @@ result<picked_ops> pick(backend where, codec_id id, const void* data) noexcept {
     return status{
         status_code::backend_unavailable,
         std::string(codec_name(id)).append(" is not implemented on backend ").append(t->name)};
-  return picked_ops{&ops, t->device != nullptr, backend_of(t)};
+  return picked_ops{&ops, t->device != nullptr, chosen};
 }
 
 //! What check_view checks that needs no data.

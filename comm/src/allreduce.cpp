@@ -260,12 +260,15 @@ status agree_on_call(communicator& world, const hierarchy* h, const allreduce_co
 }
 
 //! A hierarchical call after the agreement: the node's sum to its leader, the leaders'
-//! compressed call over the node sums (`r`, on the leaders), then the leader's outcome and
-//! result broadcast in the node.
-status run_hierarchical(communicator& world, const hierarchy& h, const allreduce_config& cfg,
-                        const context& ctx, const_tensor_view in, tensor_view out,
-                        allreduce_state& state, workspace& ws, phase_times* times,
-                        const call_layout& l, run& r) {
+//! compressed call over the node sums (`r`, this rank's run of the compressed stage, which
+//! the leaders point at the node sum), then the leader's outcome and result broadcast in
+//! the node.
+status run_hierarchical(communicator& world, const hierarchy& h, const call_layout& l, run& r) {
+  const allreduce_config& cfg = r.cfg;
+  const const_tensor_view in = r.in;  // the leaders' run works on the node sum instead
+  const tensor_view out = r.out;
+  workspace::impl& ws = r.ws;
+  phase_times* times = r.times;
   memory_ops& data_mem = *l.data_mem;
   memory_ops& stage_mem = *l.stage_mem;
   // 1. Sum the node's gradients (weighted 1/W_world for the mean) into the leader's buffer.
@@ -273,8 +276,8 @@ status run_hierarchical(communicator& world, const hierarchy& h, const allreduce
   // When the levels' memories differ, the node level keeps buffers of its own: sharing
   // them would reallocate (cudaMalloc, cudaFree) on every call.
   const bool moved = !same_memory(stage_mem, data_mem);
-  workspace::impl& node_ws = moved ? ws.get().node_level() : ws.get();
-  run ri{*h.intra, cfg, r.how, ctx, in, out, state, node_ws, times, data_mem};
+  workspace::impl& node_ws = moved ? ws.node_level() : ws;
+  run ri{*h.intra, cfg, r.how, r.ctx, in, out, r.st, node_ws, times, data_mem};
   configure(ri, false);
   ri.reported_rank = world.rank();
   float* node = node_ws.node.as<float>(in.n + 1, data_mem);
@@ -287,7 +290,7 @@ status run_hierarchical(communicator& world, const hierarchy& h, const allreduce
     r.note(ri.poison);  // keeps a failure place_state recorded
     // The leaders' stage works on the node sum in its own memory (a copy when the
     // levels' memories differ). Failures from here on travel on, so no rank waits.
-    float* sum = moved ? ws.get().staged.as<float>(in.n + 1, stage_mem) : node;
+    float* sum = moved ? ws.staged.as<float>(in.n + 1, stage_mem) : node;
     if (moved && !r.failed())
       if (auto st = transfer(data_mem, node, stage_mem, sum, in.n); !st.ok()) r.fail(st);
     if (in.n > 0 && !stage_mem.accessible(sum))
@@ -303,7 +306,7 @@ status run_hierarchical(communicator& world, const hierarchy& h, const allreduce
   // 3. The leader broadcasts its outcome, then the result.
   {
     timer t(times, &phase_times::comm_s);
-    std::byte* at = ws.get().node_word.reserve(sizeof word, data_mem);
+    std::byte* at = ws.node_word.reserve(sizeof word, data_mem);
     if (auto st = data_mem.upload(at, &word, sizeof word); !st.ok()) return st;
     if (auto st = h.intra->broadcast(at, sizeof word, 0); !st.ok()) return st;
     if (auto st = data_mem.download(&word, at, sizeof word); !st.ok()) return st;
@@ -357,9 +360,7 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
   if (!state.initialized()) init_state(*r, l.role, fp);
   if (auto st = place_state(*r); !st.ok()) r->fail(st);
   // 5. The call itself.
-  const status result =
-      h == nullptr ? dispatch(*r)
-                   : run_hierarchical(world, *h, cfg, ctx, in, out, state, ws, times, l, *r);
+  const status result = h == nullptr ? dispatch(*r) : run_hierarchical(world, *h, l, *r);
   if (result.ok()) ++state.steps;
   return result;
 }

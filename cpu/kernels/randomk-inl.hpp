@@ -6,15 +6,13 @@
 
 #include "select-inl.hpp"  // psource: the input, or p = g + e under error feedback
 
-__extension__ typedef unsigned __int128 randomk_u128;
-
 //! Stratum bounds lo_j = floor(j * n / k), walked incrementally (n = q * k + r): one 128-bit
 //! division per task instead of one per stratum.
 struct strata_walk {
   std::uint64_t n, k, q, r, lo = 0, rem = 0;
   strata_walk(std::uint64_t n_, std::uint64_t k_, std::uint64_t j)
       : n(n_), k(k_), q(n_ / k_), r(n_ % k_) {
-    const randomk_u128 p = static_cast<randomk_u128>(j) * n;
+    const u128 p = static_cast<u128>(j) * n;
     lo = static_cast<std::uint64_t>(p / k);
     rem = static_cast<std::uint64_t>(p % k);
   }
@@ -82,7 +80,7 @@ inline void randomk_strata(const philox16_gen& g, std::uint64_t n, std::uint64_t
 //! feedback stream their elements) or 4096 strata (encode reads only the sent values).
 inline std::uint64_t randomk_task_strata(std::uint64_t n, std::uint64_t k, bool streams) {
   if (!streams || n == 0) return 4096;
-  const auto want = static_cast<std::uint64_t>(static_cast<randomk_u128>(k) * sel_grain / n);
+  const auto want = static_cast<std::uint64_t>(static_cast<u128>(k) * sel_grain / n);
   return std::max<std::uint64_t>(16, want / 16 * 16);
 }
 

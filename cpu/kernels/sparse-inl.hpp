@@ -12,8 +12,6 @@
 
 #include "select-inl.hpp"
 
-__extension__ typedef unsigned __int128 sparse_u128;
-
 inline sparse_sink sparse_sink_of(const detail::encode_call& c, const blocks::sparse_layout& pl) {
   return {c.payload + pl.values_offset, c.payload + pl.index_offset, c.wire,
           (c.hdr.flags & flag_index64) != 0, nullptr};
@@ -279,7 +277,7 @@ inline status dgc_run(const detail::encode_call& c, const psource& src, tensor_v
                         })
         .key;
   };
-  const auto ks_exact = (static_cast<sparse_u128>(k) * m + (n - 1)) / n;  // ceil(k * s / n)
+  const auto ks_exact = (static_cast<u128>(k) * m + (n - 1)) / n;  // ceil(k * s / n)
   const std::uint64_t ks = std::max<std::uint64_t>(1, static_cast<std::uint64_t>(ks_exact));
   // Rounds 1-3 halve the threshold; only the last one decides between exact top-k (some
   // round reaches k candidates) and the fill-in fallback, since counts only grow.
