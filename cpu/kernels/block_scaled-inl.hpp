@@ -51,6 +51,22 @@ inline bool block_scaled_lanes(const blocks::block_rule& r, std::uint64_t group)
   return r.element.bits == 8 || group % 16 == 0;
 }
 
+//! Calls fn.template operator()<F>() for the element format f: the decode's conversions
+//! then see the format's fields as constants (no run-time shifts or format tests in the
+//! loop). The encodes stay per code width: their conversion is not the bottleneck, and
+//! six formats times their dtype pairs would double the unit's compile time.
+template <class Fn>
+inline void block_scaled_with_format(element_format f, Fn&& fn) {
+  switch (f) {
+    case element_format::e4m3: fn.template operator()<element_format::e4m3>(); break;
+    case element_format::e5m2: fn.template operator()<element_format::e5m2>(); break;
+    case element_format::e3m2: fn.template operator()<element_format::e3m2>(); break;
+    case element_format::e2m3: fn.template operator()<element_format::e2m3>(); break;
+    case element_format::e2m1: fn.template operator()<element_format::e2m1>(); break;
+    case element_format::int8: fn.template operator()<element_format::int8>(); break;
+  }
+}
+
 //! Calls fn.template operator()<Bits>() for the code width of every element format.
 template <class Fn>
 inline void block_scaled_with_bits(std::uint32_t bits, Fn&& fn) {
@@ -232,7 +248,6 @@ struct block_scaled_input {
     return vload_typed_n<T>(data, i, cnt);
   }
   float at(std::uint64_t i) const { return detail::load_value(data, T, i); }
-  void prefetch(std::uint64_t i) const { prefetch_element<1>(data, T, i); }
 };
 //! Error-feedback input: p = g[i] + e[i] in f32, as in the generic composition.
 template <dtype G, dtype E>
@@ -247,10 +262,6 @@ struct block_scaled_feedback_input {
   }
   float at(std::uint64_t i) const {
     return blocks::fadd_nan_first(detail::load_value(g, G, i), detail::load_value(e, E, i));
-  }
-  void prefetch(std::uint64_t i) const {
-    prefetch_element<1>(g, G, i);
-    prefetch_element<1>(e, E, i);
   }
 };
 //! Where an encode puts p - decoded(p): nowhere, or the residual of dtype E.
@@ -423,10 +434,6 @@ GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, fl
                                                  std::uint8_t* stream) {
   const blocks::minifloat f = r.element;
   const vu16 amax = block_scaled_batch_maxima(src, b0, group);
-  // The next batch's inputs arrive while this one's codes are computed (they are read
-  // once from memory; prefetches past the end do not fault).
-  for (std::uint64_t k = 0; k < block_scaled_batch * group; k += 16)
-    src.prefetch((b0 + block_scaled_batch) * group + k);
   const vu16 code = r.scale == blocks::block_scale::e4m3
                         ? block_scaled_e4m3_codes(amax, g)
                         : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(f.emax));
@@ -569,11 +576,12 @@ inline blocks::block_scan block_scaled_encode_scalar(const blocks::block_rule& r
 }
 
 //! One unrotated block decoded: x = value(code) * dec, stored or fma-accumulated.
-template <dtype T, unsigned Bits, bool Accumulate>
-GRADCODEC_VINLINE void block_scaled_decode_lanes(blocks::minifloat f, blocks::block_quantizer q,
-                                                 const float* values, const std::uint8_t* stream,
-                                                 std::uint64_t begin, std::uint64_t len,
-                                                 tensor_view out, float alpha) {
+template <dtype T, element_format F, bool Accumulate>
+GRADCODEC_VINLINE void block_scaled_decode_lanes(blocks::block_quantizer q, const float* values,
+                                                 const std::uint8_t* stream, std::uint64_t begin,
+                                                 std::uint64_t len, tensor_view out, float alpha) {
+  constexpr blocks::minifloat f = blocks::minifloat_of(F);
+  constexpr unsigned Bits = f.bits;
   const vf16 dec = vset1(q.dec);
   const std::uint64_t whole = len & ~std::uint64_t{15};
   for (std::uint64_t j = 0; j < whole; j += 16) {
@@ -599,7 +607,7 @@ struct block_scaled_values_table {
 
 //! Decodes blocks b0 .. b0 + 15 (full, unrotated, of `group` elements; E8M0 or E4M3
 //! scales, g nvfp4's tensor scale).
-template <dtype T, unsigned Bits, bool Accumulate>
+template <dtype T, element_format F, bool Accumulate>
 GRADCODEC_VINLINE void block_scaled_decode_batch(const blocks::block_rule& r, float g,
                                                  const float* values, const std::uint8_t* scales,
                                                  const std::uint8_t* stream, std::uint64_t b0,
@@ -608,8 +616,8 @@ GRADCODEC_VINLINE void block_scaled_decode_batch(const blocks::block_rule& r, fl
   const vu16 code = unpack16<8>(reinterpret_cast<const std::byte*>(scales + b0));
   const block_scaled_batch_quantizers qs(r.scale, code, g);
   for (unsigned j = 0; j < block_scaled_batch; ++j)
-    block_scaled_decode_lanes<T, Bits, Accumulate>(r.element, qs.at(j), values, stream,
-                                                   (b0 + j) * group, group, out, alpha);
+    block_scaled_decode_lanes<T, F, Accumulate>(qs.at(j), values, stream, (b0 + j) * group, group,
+                                                out, alpha);
 }
 
 //! Whether blocks [b, b + 16) can go as one batch: full unrotated blocks of a multiple of
@@ -621,21 +629,22 @@ inline bool block_scaled_batch_fits(const blocks::block_rule& r, std::uint64_t g
 }
 
 //! A rotated block of a multiple of 16 elements decoded through the lanes, piece by piece.
-template <dtype T, unsigned Bits, bool Accumulate>
-inline void block_scaled_decode_rotated(const blocks::block_rule& r,
-                                        const blocks::block_quantizer& q, block_scaled_flips& flips,
+template <dtype T, element_format F, bool Accumulate>
+inline void block_scaled_decode_rotated(const blocks::block_quantizer& q, block_scaled_flips& flips,
                                         const std::uint8_t* stream, std::uint64_t begin,
                                         std::uint64_t len, tensor_view out, float alpha) {
+  constexpr blocks::minifloat f = blocks::minifloat_of(F);
+  constexpr unsigned Bits = f.bits;
   alignas(64) float w[blocks::max_rotation_piece];
   const vf16 dec = vset1(q.dec);
   for (std::uint64_t off = 0; off < len;) {
     const std::uint32_t m = blocks::rotation_piece(len - off);
     const std::uint64_t first = begin + off;
     for (std::uint32_t j = 0; j < m; j += 16)
-      vstore(w + j, block_scaled_values(r.element,
-                                        unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) +
-                                                       (first + j) * Bits / 8)) *
-                        dec);
+      vstore(w + j,
+             block_scaled_values(f, unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) +
+                                                   (first + j) * Bits / 8)) *
+                 dec);
     block_scaled_unrotate(w, first, m, flips);
     for (std::uint32_t j = 0; j < m; j += 16) {
       vf16 x = vload(w + j);
@@ -837,8 +846,8 @@ inline status block_scaled_encode_feedback(const detail::feedback_call& f) {
 
 inline status block_scaled_decode(const detail::decode_call& c) {
   const std::uint64_t n = c.hdr.n, group = c.hdr.group;
-  const blocks::block_rule rule =
-      blocks::block_rule_of(c.hdr.codec, static_cast<element_format>(c.hdr.level), c.hdr.mode);
+  const auto format = static_cast<element_format>(c.hdr.level);
+  const blocks::block_rule rule = blocks::block_rule_of(c.hdr.codec, format, c.hdr.mode);
   const blocks::block_scaled_layout l = blocks::layout_of(rule, n, group);
   const auto* payload = reinterpret_cast<const std::uint8_t*>(c.payload);
   const std::uint8_t* stream = payload + l.codes_offset;
@@ -863,25 +872,25 @@ inline status block_scaled_decode(const detail::decode_call& c) {
   if (block_scaled_lanes(rule, group)) {
     const philox16_gen rotation = philox16_make(rng, blocks::rng_stream::rotation);
     with_dtype(c.out.type, [&]<dtype T>() {
-      block_scaled_with_bits(rule.element.bits, [&]<unsigned Bits>() {
+      block_scaled_with_format(format, [&]<element_format F>() {
         const auto run = [&]<bool Accumulate>() {
           parallel_for(threads, tasks, [&](std::uint64_t t) {
             block_scaled_flips flips(rotation);
             const std::uint64_t end = std::min(l.blocks, (t + 1) * per);
             for (std::uint64_t b = t * per; b < end; ++b) {
               if (block_scaled_batch_fits(rule, group, n, b, end)) {
-                block_scaled_decode_batch<T, Bits, Accumulate>(
+                block_scaled_decode_batch<T, F, Accumulate>(
                     rule, g, values.v, payload + l.scales_offset, stream, b, group, c.out, c.alpha);
                 b += block_scaled_batch - 1;
                 continue;
               }
               const std::uint64_t begin = b * group, len = std::min(n - begin, group);
               if (!rule.rotate)
-                block_scaled_decode_lanes<T, Bits, Accumulate>(rule.element, quantizer(b), values.v,
-                                                               stream, begin, len, c.out, c.alpha);
+                block_scaled_decode_lanes<T, F, Accumulate>(quantizer(b), values.v, stream, begin,
+                                                            len, c.out, c.alpha);
               else if (len % 16 == 0)
-                block_scaled_decode_rotated<T, Bits, Accumulate>(rule, quantizer(b), flips, stream,
-                                                                 begin, len, c.out, c.alpha);
+                block_scaled_decode_rotated<T, F, Accumulate>(quantizer(b), flips, stream, begin,
+                                                              len, c.out, c.alpha);
               else
                 decode_scalar(b);
             }
