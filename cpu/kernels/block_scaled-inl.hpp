@@ -155,6 +155,88 @@ struct block_scaled_uniforms {
   }
 };
 
+//! The nearest-even codes of 16 finite inputs r of a floating format of Bits bits with M
+//! mantissa bits: the values of block_scaled_codes<false>, by fewer steps. At or above 2^emin,
+//! the f32's significand is rounded to M bits in integer steps (ties to even, carrying into
+//! the exponent) and its exponent rebiased; below, adding 2^(emin - M + 23) rounds a to a
+//! multiple of 2^(emin - M), the sum's low bits then being the subnormal code (2^M, the
+//! first normal code, when it rounds up).
+template <unsigned Bits, unsigned M>
+struct block_scaled_nearest_coder {
+  vu16 round_rebias;  //!< (2^(22 - M) - 1) - ((127 - bias) << 23), wrapping
+  vu16 min_normal;    //!< the bits of 2^emin
+  vu16 max_code;
+  vf16 magic;  //!< 2^(emin - M + 23)
+
+  GRADCODEC_VINLINE explicit block_scaled_nearest_coder(const blocks::minifloat& f)
+      : round_rebias(
+            vset1u(((1u << (22 - M)) - 1u) - (static_cast<std::uint32_t>(127 - f.bias) << 23))),
+        min_normal(vset1u(static_cast<std::uint32_t>(f.emin() + 127) << 23)),
+        max_code(vset1u(f.max_code)),
+        magic(vset1(blocks::pow2f(f.emin() - static_cast<int>(M) + 23))) {}
+
+  GRADCODEC_VINLINE vu16 operator()(vf16 r, std::uint64_t) const {
+    constexpr std::uint32_t sign_bit = 1u << (Bits - 1);
+    const vu16 rbits = vbits(r);
+    const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
+    const vu16 normal = vshr(abits + round_rebias + (vshr(abits, 23 - M) & vset1u(1u)), 23 - M);
+    const vu16 subnormal = vbits(vfrombits(abits) + magic) - vbits(magic);
+    const vu16 mag = vminu(vselectu(vltu(abits, min_normal), subnormal, normal), max_code);
+    // mag + sign_bit - 1 has the sign bit set exactly when mag is not 0 (mag < sign_bit).
+    const vu16 nonzero = mag + vset1u(sign_bit - 1u);
+    return mag | (nonzero & vshr(rbits, 32 - Bits) & vset1u(sign_bit));
+  }
+};
+
+//! The nearest-even codes of 16 finite inputs r of MX INT8: the values of
+//! block_scaled_codes<false>, with t = min(|r| * 64, 256) < 2^23 rounded by adding 2^23,
+//! whose low bits are then the integer.
+struct block_scaled_int8_coder {
+  GRADCODEC_VINLINE vu16 operator()(vf16 r, std::uint64_t) const {
+    const vf16 t = vmin(vabs(r) * vset1(64.0f), vset1(256.0f));
+    const vu16 mag = vminu(vbits(t + vset1(0x1p23f)) - vbits(vset1(0x1p23f)), vset1u(127));
+    return vselectu(vgti(vset1u(0), vbits(r)), (vset1u(0) - mag) & vset1u(0xFFu), mag);
+  }
+};
+
+//! Codes of 16 finite inputs by the general rule: any format, either rounding (i: the
+//! first input's index, for the uniforms).
+template <bool Stochastic>
+struct block_scaled_coder {
+  blocks::minifloat f;
+  block_scaled_uniforms* uniforms;
+
+  GRADCODEC_VINLINE vu16 operator()(vf16 r, std::uint64_t i) const {
+    return block_scaled_codes<Stochastic>(f, r, Stochastic ? uniforms->at(i) : vzero());
+  }
+};
+
+//! Calls fn(coder) with the coder of format f: nearest-even rounding takes
+//! block_scaled_nearest_coder (floating formats, whose shifts are then constants) or
+//! block_scaled_int8_coder, stochastic rounding the general rule.
+template <unsigned Bits, bool Stochastic, class Fn>
+GRADCODEC_VINLINE void block_scaled_with_coder(const blocks::minifloat& f,
+                                               block_scaled_uniforms& uniforms, Fn&& fn) {
+  if constexpr (!Stochastic) {
+    if constexpr (Bits == 4) {
+      return fn(block_scaled_nearest_coder<4, 1>(f));  // e2m1
+    } else {
+      if (f.mantissa == 2) return fn(block_scaled_nearest_coder<Bits, 2>(f));
+      if constexpr (Bits == 6) return fn(block_scaled_nearest_coder<6, 3>(f));
+      if (f.mantissa == 3) return fn(block_scaled_nearest_coder<Bits, 3>(f));
+      if constexpr (Bits == 8) return fn(block_scaled_int8_coder{});
+    }
+  }
+  if constexpr (Stochastic) fn(block_scaled_coder<Stochastic>{f, &uniforms});
+}
+
+//! Zeroes the code bytes of elements [begin, begin + len), begin's code starting on a byte.
+inline void block_scaled_zero_codes(std::uint8_t* stream, std::uint64_t begin, std::uint64_t len,
+                                    std::uint32_t bits) {
+  const std::uint64_t first = begin * bits / 8;
+  std::memset(stream + first, 0, blocks::ceil_div((begin + len) * bits, 8) - first);
+}
+
 // ---- Rotation on 16 lanes --------------------------------------------------------------
 // blocks/block_scaled.hpp's rotation of pieces of 16 * 2^k: the same flips, multiplies and
 // butterflies. Stages h < 16 stay inside a vector, so running them vector by vector before
@@ -239,10 +321,16 @@ inline void block_scaled_unrotate(float* w, std::uint64_t begin, std::uint64_t l
   }
 }
 
+//! Elements a block scan prefetches ahead of itself, one line per 16 elements into L2: the
+//! scan is the only pass that reads from memory, and without it the memory would idle
+//! while the cached blocks are converted (the distance quant's bucket scan uses).
+inline constexpr std::uint64_t block_scaled_prefetch_ahead = 2048;
+
 //! Encode input of the 16-lane path: v = in[i].
 template <dtype T>
 struct block_scaled_input {
   const void* data;
+  GRADCODEC_VINLINE void prefetch(std::uint64_t i) const { prefetch_element<1>(data, T, i); }
   GRADCODEC_VINLINE vf16 load(std::uint64_t i) const { return vload_typed<T>(data, i); }
   GRADCODEC_VINLINE vf16 load_n(std::uint64_t i, unsigned cnt) const {
     return vload_typed_n<T>(data, i, cnt);
@@ -254,6 +342,8 @@ template <dtype G, dtype E>
 struct block_scaled_feedback_input {
   const void* g;
   const void* e;
+  // No prefetch: ahead of a scan of two streams it measured slower than none (Zen 4).
+  GRADCODEC_VINLINE void prefetch(std::uint64_t) const {}
   GRADCODEC_VINLINE vf16 load(std::uint64_t i) const {
     return vadd_nan_first(vload_typed<G>(g, i), vload_typed<E>(e, i));
   }
@@ -285,7 +375,10 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_scan_lanes(const Src& src, std
                                                              std::uint64_t len) {
   const std::uint64_t whole = len & ~std::uint64_t{15};
   vu16 m = vset1u(0);
-  for (std::uint64_t j = 0; j < whole; j += 16) m = vmaxu(m, vbits(vabs(src.load(begin + j))));
+  for (std::uint64_t j = 0; j < whole; j += 16) {
+    src.prefetch(begin + j + block_scaled_prefetch_ahead);
+    m = vmaxu(m, vbits(vabs(src.load(begin + j))));
+  }
   if (whole < len)
     m = vmaxu(m, vbits(vabs(src.load_n(begin + whole, static_cast<unsigned>(len - whole)))));
   const std::uint32_t amax = vhmaxu(m);
@@ -296,25 +389,23 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_scan_lanes(const Src& src, std
 }
 
 //! The codes of elements [begin, begin + len) of one block (len a multiple of 16) under
-//! its quantizer q, packed into the stream when `send`, and with a residual, p minus the
-//! decoded value (codes 0 when not sent).
-template <unsigned Bits, bool Stochastic, class Src, class Res>
+//! its quantizer q, packed into the stream (zeros when not `send`), and with a residual, p
+//! minus the decoded value.
+template <unsigned Bits, class Coder, class Src, class Res>
 GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::block_quantizer q,
-                                                bool send, block_scaled_uniforms& uniforms,
-                                                const Src& src, const Res& res, std::uint64_t begin,
+                                                bool send, const Coder& coder, const Src& src,
+                                                const Res& res, std::uint64_t begin,
                                                 std::uint64_t len, std::uint8_t* stream) {
+  const Src in = src;  // locals: the stores into the stream cannot change them
+  const Res out = res;
   const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
   for (std::uint64_t j = 0; j < len; j += 16) {
-    const vf16 v = src.load(begin + j);
+    const vf16 v = in.load(begin + j);
     vu16 codes = vset1u(0);
-    if (send) {
-      const vf16 x = q.divide ? v / enc : v * enc;
-      const vf16 u = Stochastic ? uniforms.at(begin + j) : vzero();
-      codes = block_scaled_codes<Stochastic>(f, x, u);
-      pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
-    }
+    if (send) codes = coder(q.divide ? v / enc : v * enc, begin + j);
+    pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
     if constexpr (Res::active)
-      res.store(begin + j, v - vcanonical_nan(block_scaled_values(f, codes) * dec));
+      out.store(begin + j, v - vcanonical_nan(block_scaled_values(f, codes) * dec));
   }
 }
 
@@ -352,8 +443,10 @@ GRADCODEC_VINLINE vu16 block_scaled_batch_maxima(const Src& src, std::uint64_t b
   vu16 m[block_scaled_batch];
   for (std::uint64_t j = 0; j < block_scaled_batch; ++j) {
     vu16 a = vset1u(0);
-    for (std::uint64_t k = 0; k < group; k += 16)
+    for (std::uint64_t k = 0; k < group; k += 16) {
+      src.prefetch((b0 + j) * group + k + block_scaled_prefetch_ahead);
       a = vmaxu(a, vbits(vabs(src.load((b0 + j) * group + k))));
+    }
     m[j] = a;
   }
   return block_scaled_lane_maxima(m);
@@ -439,12 +532,16 @@ GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, fl
                         : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(f.emax));
   pack16<8>(reinterpret_cast<std::byte*>(scales + b0), code);
   const block_scaled_batch_quantizers qs(r.scale, code, g);
-  for (unsigned j = 0; j < block_scaled_batch; ++j) {
-    const blocks::block_quantizer q = qs.at(j);
-    if (q.zero && !Res::active) continue;
-    block_scaled_code_chunks<Bits, Stochastic>(f, q, !q.zero, uniforms, src, res, (b0 + j) * group,
-                                               group, stream);
-  }
+  block_scaled_with_coder<Bits, Stochastic>(f, uniforms, [&](const auto& coder) GRADCODEC_VLAMBDA {
+    for (unsigned j = 0; j < block_scaled_batch; ++j) {
+      const blocks::block_quantizer q = qs.at(j);
+      if (q.zero && !Res::active)
+        block_scaled_zero_codes(stream, (b0 + j) * group, group, Bits);
+      else
+        block_scaled_code_chunks<Bits>(f, q, !q.zero, coder, src, res, (b0 + j) * group, group,
+                                       stream);
+    }
+  });
   return vhmaxu(amax) >= 0x7F800000u;  // a block held NaN or Inf
 }
 
@@ -463,7 +560,9 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_encode_lanes(
   const bool send = s.finite && !q.zero;  // a non-finite block's quantizer is zero too
   if (!send && !Res::active) return s;
   const std::uint64_t whole = len & ~std::uint64_t{15};
-  block_scaled_code_chunks<Bits, Stochastic>(f, q, send, uniforms, src, res, begin, whole, stream);
+  block_scaled_with_coder<Bits, Stochastic>(f, uniforms, [&](const auto& coder) GRADCODEC_VLAMBDA {
+    block_scaled_code_chunks<Bits>(f, q, send, coder, src, res, begin, whole, stream);
+  });
   for (std::uint64_t i = begin + whole; i < begin + len; ++i) {
     const float v = src.at(i);
     const std::uint32_t code = send ? blocks::code_at(r, rng, q, i, v) : 0u;
@@ -534,17 +633,18 @@ inline blocks::block_scan block_scaled_encode_rotated(const blocks::block_rule& 
   const bool send = s.finite && !q.zero;
   if (!send && !Res::active) return s;
   const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
-  for (std::uint64_t j = 0; j < len; j += 16) {
-    vu16 codes = vset1u(0);
-    if (send) {
-      const vf16 v = vload(w + j);
-      const vf16 x = q.divide ? v / enc : v * enc;
-      const vf16 u = Stochastic ? uniforms.at(begin + j) : vzero();
-      codes = block_scaled_codes<Stochastic>(r.element, x, u);
-      pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
-    }
-    if constexpr (Res::active) vstore(w + j, block_scaled_values(r.element, codes) * dec);
-  }
+  block_scaled_with_coder<Bits, Stochastic>(
+      r.element, uniforms, [&](const auto& coder) GRADCODEC_VLAMBDA {
+        for (std::uint64_t j = 0; j < len; j += 16) {
+          vu16 codes = vset1u(0);
+          if (send) {
+            const vf16 v = vload(w + j);
+            codes = coder(q.divide ? v / enc : v * enc, begin + j);
+            pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
+          }
+          if constexpr (Res::active) vstore(w + j, block_scaled_values(r.element, codes) * dec);
+        }
+      });
   if constexpr (Res::active) {
     block_scaled_unrotate(w, begin, len, flips);
     for (std::uint64_t j = 0; j < len; j += 16)
@@ -673,15 +773,18 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
   const std::uint64_t group = detail::block_scaled_group(c.spec, n, c.in.rows);
   const blocks::block_scaled_layout l = blocks::layout_of(rule, n, group);
   if (l.total > c.capacity) return too_small();
-  std::memset(c.payload, 0, l.total);
   auto* payload = reinterpret_cast<std::uint8_t*>(c.payload);
   std::uint8_t* stream = payload + l.codes_offset;
+  const bool lanes = block_scaled_lanes(rule, group);
+  // The lanes write every code byte (block_scaled_zero_codes where a block sends none); the
+  // scalar rules OR codes into a zeroed stream.
+  std::memset(payload, 0, lanes ? l.codes_offset : l.total);
+  if (lanes) std::memset(stream + l.codes_bytes, 0, l.total - l.codes_offset - l.codes_bytes);
   const auto rng = blocks::counter_rng::make(c.ctx.seed, c.ctx.step, c.ctx.tensor_id);
   if (rule.rotate) blocks::write_rng_key(rng, payload + l.key_offset);
   const std::uint64_t per = block_scaled_blocks_per_task(group);
   const std::uint64_t tasks = blocks::ceil_div(l.blocks, per);
   const int threads = threads_for(c.threads, tasks);
-  const bool lanes = block_scaled_lanes(rule, group);
   const block_scaled_values_table values(rule.element);
   const auto span_of = [&](std::uint64_t b) {
     const std::uint64_t begin = b * group;
@@ -784,6 +887,7 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
                 continue;
               }
               const auto [begin, len] = span_of(b);
+              block_scaled_zero_codes(stream, begin, len, Bits);
               std::uint32_t scale = 0;
               const blocks::block_scan s =
                   !rule.rotate
