@@ -180,6 +180,40 @@ TEST(CpuBlockScaled, WideRangeAndRandomFramesMatchTheReference) {
   (void)gc::set_cpu_isa(gc::cpu_isa_best());
 }
 
+// fp8 rows whose f32 scales are not finite or near the top of the range: the 16-lane fp8
+// decode multiplies by dec * 2^8 (e4m3) and skips the NaN canonicalization only where dec
+// is finite, so NaN payloads, infinities times zero codes and dec * 2^8 overflowing must
+// still give the reference's bits.
+TEST(CpuBlockScaled, NonFiniteAndHugeRowScalesDecodeAsTheReference) {
+  const std::uint32_t scale_bits[] = {0x7F800000u, 0xFF800000u, 0x7FA00001u, 0xFFC00000u,
+                                      0x7F7FFFFFu, 0x7B800000u, 0x00000001u, 0x80000000u};
+  const std::uint64_t row = 64, rows = std::size(scale_bits), n = row * rows;
+  const gc::context ctx{3, 9, 2};
+  std::mt19937 gen(11);
+  for (auto isa : supported_isas()) {
+    ASSERT_TRUE(gc::set_cpu_isa(isa).ok());
+    SCOPED_TRACE(gc::cpu_isa_name(isa));
+    for (const char* text : {"fp8row:block=64", "fp8row:fmt=e5m2,block=64"}) {
+      auto frame =
+          encode_on(gc::parse_spec(text).value(), ctx,
+                    tensor(gaussian(n, 3), gc::dtype::f32).cview(), gc::backend::reference);
+      const gc::frame_header h = gc::peek(frame).value();
+      const auto rule =
+          gc::blocks::block_rule_of(h.codec, static_cast<gc::element_format>(h.level), h.mode);
+      const auto l = gc::blocks::layout_of(rule, h.n, h.group);
+      ASSERT_EQ(l.blocks, rows);
+      std::byte* payload = frame.data() + gc::header_bytes;
+      for (std::uint64_t r = 0; r < rows; ++r)
+        std::memcpy(payload + l.scales_offset + 4 * r, &scale_bits[r], 4);
+      for (std::uint64_t i = 0; i < n; ++i)  // every code, zeros and NaNs among them
+        payload[l.codes_offset + i] = static_cast<std::byte>(i % 3 == 0 ? 0 : gen() & 0xFFu);
+      EXPECT_EQ(cpu_decode_difference(frame, tensor(gaussian(n, 4), gc::dtype::f32), -0.5f, 2), "")
+          << text;
+    }
+  }
+  (void)gc::set_cpu_isa(gc::cpu_isa_best());
+}
+
 TEST(CpuIsa, SelectionAndNames) {
   // A build with every variant (the default) always has the scalar one; sanitizer stages
   // may build fewer (GRADCODEC_CPU_ISAS).

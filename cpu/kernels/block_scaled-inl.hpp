@@ -136,6 +136,35 @@ GRADCODEC_VINLINE vf16 block_scaled_values(blocks::minifloat f, vu16 code) {
   return vfrombits(v | vshl(code & vset1u(f.sign_bit()), 32 - f.bits));
 }
 
+//! Decoded fp8 codes times a block's dec through binary16, whose conversion is exact and
+//! ignores DAZ: an e5m2 code is a binary16's top byte; e4m3's fields shifted into
+//! binary16's are its value times 2^-8 (subnormals included), so the multiplier takes the
+//! 2^8 back, in a second product where dec * 2^8 would overflow. S.1111.111 becomes NaN.
+template <element_format F>
+struct block_scaled_fp8_decoder {
+  static constexpr bool e4m3 = F == element_format::e4m3;
+  vf16 mul, mul_big;  //!< x = half * mul * mul_big, mul_big 1 unless dec >= 2^120
+  //! e4m3 with mul_big 1 and dec finite: x = half * mul, NaN only as the canonical NaN
+  bool plain;
+
+  GRADCODEC_VINLINE explicit block_scaled_fp8_decoder(float dec) {
+    const float dec8 = dec * 256.0f;
+    const bool big = e4m3 && std::isinf(dec8) && !std::isinf(dec);
+    mul = vset1(!e4m3 ? dec : big ? 256.0f : dec8);
+    mul_big = vset1(big ? dec : 1.0f);
+    plain = e4m3 && !big && std::isfinite(dec);
+  }
+
+  GRADCODEC_VINLINE vf16 half(vu16 code) const {
+    if constexpr (!e4m3) return vhalf_to_f(vshl(code, 8));
+    const vu16 h = (vshl(code, 8) & vset1u(0x8000u)) | (vshl(code, 7) & vset1u(0x3F80u));
+    return vhalf_to_f(vselectu(vequ(code | vset1u(0x80u), vset1u(0xFFu)), vset1u(0x7E00u), h));
+  }
+  GRADCODEC_VINLINE vf16 operator()(vu16 code) const {
+    return e4m3 ? half(code) * mul * mul_big : half(code) * mul;
+  }
+};
+
 //! Uniforms of the rounding stream drawn ahead in windows, for chunks of 16 from any index.
 struct block_scaled_uniforms {
   static constexpr std::uint64_t window = 1024;  // a multiple of 16 * philox_uniform_step
@@ -682,15 +711,31 @@ GRADCODEC_VINLINE void block_scaled_decode_lanes(blocks::block_quantizer q, cons
                                                  std::uint64_t len, tensor_view out, float alpha) {
   constexpr blocks::minifloat f = blocks::minifloat_of(F);
   constexpr unsigned Bits = f.bits;
+  constexpr bool fp8 = F == element_format::e4m3 || F == element_format::e5m2;
   const vf16 dec = vset1(q.dec);
+  const block_scaled_fp8_decoder<F> fp8_decoded(q.dec);
   const std::uint64_t whole = len & ~std::uint64_t{15};
-  for (std::uint64_t j = 0; j < whole; j += 16) {
-    const vu16 codes =
-        unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) + (begin + j) * Bits / 8);
-    // 4-bit codes: their 16 values from the table (element_value's, exact).
-    vf16 x = (Bits == 4 ? vlookup16(values, codes) : block_scaled_values(f, codes)) * dec;
-    if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j));
-    vstore_typed<T>(out.data, begin + j, vcanonical_nan(x));
+  const auto codes = [&](std::uint64_t j) GRADCODEC_VLAMBDA {
+    return unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) + (begin + j) * Bits / 8);
+  };
+  if (fp8_decoded.plain) {
+    for (std::uint64_t j = 0; j < whole; j += 16) {
+      const vf16 x = fp8_decoded.half(codes(j)) * fp8_decoded.mul;
+      if constexpr (Accumulate)
+        vstore_typed<T>(out.data, begin + j,
+                        vcanonical_nan(vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j))));
+      else
+        vstore_typed<T>(out.data, begin + j, x);
+    }
+  } else {
+    for (std::uint64_t j = 0; j < whole; j += 16) {
+      // 4-bit codes: their 16 values from the table (element_value's, exact).
+      vf16 x = fp8         ? fp8_decoded(codes(j))
+               : Bits == 4 ? vlookup16(values, codes(j)) * dec
+                           : block_scaled_values(f, codes(j)) * dec;
+      if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j));
+      vstore_typed<T>(out.data, begin + j, vcanonical_nan(x));
+    }
   }
   const value_to_output emit{out, alpha, Accumulate};
   for (std::uint64_t i = begin + whole; i < begin + len; ++i)

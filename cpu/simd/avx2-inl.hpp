@@ -132,6 +132,13 @@ GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) {
   return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
 }
+// Lanes below 2^16, so the unsigned pack does not saturate.
+GRADCODEC_VINLINE vf16 vhalf_to_f(vu16 h) {
+  return {_mm256_cvtph_ps(
+              _mm_packus_epi32(_mm256_castsi256_si128(h.lo), _mm256_extracti128_si256(h.lo, 1))),
+          _mm256_cvtph_ps(
+              _mm_packus_epi32(_mm256_castsi256_si128(h.hi), _mm256_extracti128_si256(h.hi, 1)))};
+}
 GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
                    _mm256_cvtps_ph(a.lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));

@@ -84,6 +84,7 @@ GRADCODEC_VINLINE float vfold(vf16 a) {
 GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) {
   return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }
+GRADCODEC_VINLINE vf16 vhalf_to_f(vu16 h) { return {_mm512_cvtph_ps(_mm512_cvtepi32_epi16(h.v))}; }
 GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                       _mm512_cvtps_ph(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));

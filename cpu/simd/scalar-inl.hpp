@@ -156,6 +156,12 @@ GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) {
   GRADCODEC_LANES r.v[j] = blocks::f16_to_f32(static_cast<std::uint16_t>(h.v[j]));
   return r;
 }
+//! The binary16 in each lane's low 16 bits as f32 (exact; a subnormal stays one under DAZ).
+GRADCODEC_VINLINE vf16 vhalf_to_f(vu16 h) {
+  vf16 r;
+  GRADCODEC_LANES r.v[j] = blocks::f16_to_f32(static_cast<std::uint16_t>(h.v[j]));
+  return r;
+}
 GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   vu16 h;
   GRADCODEC_LANES h.v[j] = blocks::f32_to_f16(a.v[j]);
