@@ -136,32 +136,38 @@ GRADCODEC_VINLINE vf16 block_scaled_values(blocks::minifloat f, vu16 code) {
   return vfrombits(v | vshl(code & vset1u(f.sign_bit()), 32 - f.bits));
 }
 
-//! Decoded fp8 codes times a block's dec through binary16, whose conversion is exact and
-//! ignores DAZ: an e5m2 code is a binary16's top byte; e4m3's fields shifted into
-//! binary16's are its value times 2^-8 (subnormals included), so the multiplier takes the
-//! 2^8 back, in a second product where dec * 2^8 would overflow. S.1111.111 becomes NaN.
+//! Decoded byte codes (e4m3, e5m2, int8) times a block's dec, in few steps: a scaled value
+//! v * 2^-shift that is exact for every code, times dec * 2^shift folded into one
+//! multiplier where that product is exact, else times 2^shift and then dec (two roundings
+//! of which the first is exact, so the same value). fp8 goes through binary16, whose
+//! conversion is exact and ignores DAZ: an e5m2 code is a binary16's top byte; e4m3's
+//! fields shifted into binary16's are its value times 2^-8 (subnormals included), with
+//! S.1111.111 selected to NaN. int8 is k = v * 2^6 from the byte as signed.
 template <element_format F>
-struct block_scaled_fp8_decoder {
-  static constexpr bool e4m3 = F == element_format::e4m3;
-  vf16 mul, mul_big;  //!< x = half * mul * mul_big, mul_big 1 unless dec >= 2^120
-  //! e4m3 with mul_big 1 and dec finite: x = half * mul, NaN only as the canonical NaN
+struct block_scaled_byte_decoder {
+  static constexpr bool e4m3 = F == element_format::e4m3, e5m2 = F == element_format::e5m2;
+  static constexpr int shift = e4m3 ? 8 : e5m2 ? 0 : -6;
+  vf16 mul, mul_rest;  //!< x = scaled * mul * mul_rest, mul_rest 1 where dec * 2^shift is exact
+  //! mul_rest is 1 and dec finite, for e4m3 or int8: x = scaled * mul, whose only NaN is
+  //! e4m3's canonical one
   bool plain;
 
-  GRADCODEC_VINLINE explicit block_scaled_fp8_decoder(float dec) {
-    const float dec8 = dec * 256.0f;
-    const bool big = e4m3 && std::isinf(dec8) && !std::isinf(dec);
-    mul = vset1(!e4m3 ? dec : big ? 256.0f : dec8);
-    mul_big = vset1(big ? dec : 1.0f);
-    plain = e4m3 && !big && std::isfinite(dec);
+  GRADCODEC_VINLINE explicit block_scaled_byte_decoder(float dec) {
+    const float folded = dec * blocks::pow2f(shift);
+    const bool exact = e5m2 || folded * blocks::pow2f(-shift) == dec;
+    mul = vset1(exact ? folded : blocks::pow2f(shift));
+    mul_rest = vset1(exact ? 1.0f : dec);
+    plain = !e5m2 && exact && std::isfinite(dec);
   }
 
-  GRADCODEC_VINLINE vf16 half(vu16 code) const {
-    if constexpr (!e4m3) return vhalf_to_f(vshl(code, 8));
+  GRADCODEC_VINLINE static vf16 scaled(vu16 code) {
+    if constexpr (e5m2) return vhalf_to_f(vshl(code, 8));
+    if constexpr (!e4m3) return vto_f(code ^ vset1u(0x80u)) - vset1(128.0f);
     const vu16 h = (vshl(code, 8) & vset1u(0x8000u)) | (vshl(code, 7) & vset1u(0x3F80u));
     return vhalf_to_f(vselectu(vequ(code | vset1u(0x80u), vset1u(0xFFu)), vset1u(0x7E00u), h));
   }
   GRADCODEC_VINLINE vf16 operator()(vu16 code) const {
-    return e4m3 ? half(code) * mul * mul_big : half(code) * mul;
+    return e5m2 ? scaled(code) * mul : scaled(code) * mul * mul_rest;
   }
 };
 
@@ -704,6 +710,24 @@ inline blocks::block_scan block_scaled_encode_scalar(const blocks::block_rule& r
   return s;
 }
 
+//! Elements [begin, begin + len) (len a multiple of 16) of a byte format whose decoder is
+//! plain: x = scaled(code) * mul, stored or fma-accumulated.
+template <dtype T, element_format F, bool Accumulate>
+GRADCODEC_VINLINE void block_scaled_decode_plain(vf16 mul, const std::uint8_t* stream,
+                                                 std::uint64_t begin, std::uint64_t len,
+                                                 tensor_view out, float alpha) {
+  for (std::uint64_t j = begin; j < begin + len; j += 16) {
+    const vf16 x = block_scaled_byte_decoder<F>::scaled(
+                       unpack16<8>(reinterpret_cast<const std::byte*>(stream) + j)) *
+                   mul;
+    if constexpr (Accumulate)
+      vstore_typed<T>(out.data, j,
+                      vcanonical_nan(vfma(vset1(alpha), x, vload_typed<T>(out.data, j))));
+    else
+      vstore_typed<T>(out.data, j, x);
+  }
+}
+
 //! One unrotated block decoded: x = value(code) * dec, stored or fma-accumulated.
 template <dtype T, element_format F, bool Accumulate>
 GRADCODEC_VINLINE void block_scaled_decode_lanes(blocks::block_quantizer q, const float* values,
@@ -711,28 +735,19 @@ GRADCODEC_VINLINE void block_scaled_decode_lanes(blocks::block_quantizer q, cons
                                                  std::uint64_t len, tensor_view out, float alpha) {
   constexpr blocks::minifloat f = blocks::minifloat_of(F);
   constexpr unsigned Bits = f.bits;
-  constexpr bool fp8 = F == element_format::e4m3 || F == element_format::e5m2;
   const vf16 dec = vset1(q.dec);
-  const block_scaled_fp8_decoder<F> fp8_decoded(q.dec);
+  const block_scaled_byte_decoder<F> byte_decoded(q.dec);
   const std::uint64_t whole = len & ~std::uint64_t{15};
-  const auto codes = [&](std::uint64_t j) GRADCODEC_VLAMBDA {
-    return unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) + (begin + j) * Bits / 8);
-  };
-  if (fp8_decoded.plain) {
-    for (std::uint64_t j = 0; j < whole; j += 16) {
-      const vf16 x = fp8_decoded.half(codes(j)) * fp8_decoded.mul;
-      if constexpr (Accumulate)
-        vstore_typed<T>(out.data, begin + j,
-                        vcanonical_nan(vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j))));
-      else
-        vstore_typed<T>(out.data, begin + j, x);
-    }
+  if (Bits == 8 && byte_decoded.plain) {
+    block_scaled_decode_plain<T, F, Accumulate>(byte_decoded.mul, stream, begin, whole, out, alpha);
   } else {
     for (std::uint64_t j = 0; j < whole; j += 16) {
+      const vu16 codes =
+          unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) + (begin + j) * Bits / 8);
       // 4-bit codes: their 16 values from the table (element_value's, exact).
-      vf16 x = fp8         ? fp8_decoded(codes(j))
-               : Bits == 4 ? vlookup16(values, codes(j)) * dec
-                           : block_scaled_values(f, codes(j)) * dec;
+      vf16 x = Bits == 8   ? byte_decoded(codes)
+               : Bits == 4 ? vlookup16(values, codes) * dec
+                           : block_scaled_values(f, codes) * dec;
       if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j));
       vstore_typed<T>(out.data, begin + j, vcanonical_nan(x));
     }
@@ -759,6 +774,21 @@ GRADCODEC_VINLINE void block_scaled_decode_batch(const blocks::block_rule& r, fl
                                                  std::uint64_t group, tensor_view out,
                                                  float alpha) {
   const vu16 code = unpack16<8>(reinterpret_cast<const std::byte*>(scales + b0));
+  using byte_decoder = block_scaled_byte_decoder<F>;
+  if constexpr (blocks::minifloat_of(F).bits == 8 && !byte_decoder::e5m2) {
+    // E8M0 codes below 255 - shift: dec * 2^shift is a finite power of two, so every block
+    // is plain; its multiplier is that power, from the code alone.
+    if (r.scale == blocks::block_scale::e8m0 &&
+        vhmaxu(code) < 255u - std::max(byte_decoder::shift, 0)) {
+      alignas(64) float mul[16];
+      vstore(mul,
+             vfrombits(block_scaled_e8m0_dec(code)) * vset1(blocks::pow2f(byte_decoder::shift)));
+      for (unsigned j = 0; j < block_scaled_batch; ++j)
+        block_scaled_decode_plain<T, F, Accumulate>(vset1(mul[j]), stream, (b0 + j) * group, group,
+                                                    out, alpha);
+      return;
+    }
+  }
   const block_scaled_batch_quantizers qs(r.scale, code, g);
   for (unsigned j = 0; j < block_scaled_batch; ++j)
     block_scaled_decode_lanes<T, F, Accumulate>(qs.at(j), values, stream, (b0 + j) * group, group,
