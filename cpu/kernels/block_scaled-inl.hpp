@@ -198,6 +198,10 @@ struct block_scaled_uniforms {
 //! first normal code, when it rounds up).
 template <unsigned Bits, unsigned M>
 struct block_scaled_nearest_coder {
+  static constexpr element_format format =
+      Bits == 8   ? (M == 3 ? element_format::e4m3 : element_format::e5m2)
+      : Bits == 6 ? (M == 2 ? element_format::e3m2 : element_format::e2m3)
+                  : element_format::e2m1;
   vu16 round_rebias;  //!< (2^(22 - M) - 1) - ((127 - bias) << 23), wrapping
   vu16 min_normal;    //!< the bits of 2^emin
   vu16 max_code;
@@ -227,6 +231,7 @@ struct block_scaled_nearest_coder {
 //! block_scaled_codes<false>, with t = min(|r| * 64, 256) < 2^23 rounded by adding 2^23,
 //! whose low bits are then the integer.
 struct block_scaled_int8_coder {
+  static constexpr element_format format = element_format::int8;
   GRADCODEC_VINLINE vu16 operator()(vf16 r, std::uint64_t) const {
     const vf16 t = vmin(vabs(r) * vset1(64.0f), vset1(256.0f));
     const vu16 mag = vminu(vbits(t + vset1(0x1p23f)) - vbits(vset1(0x1p23f)), vset1u(127));
@@ -245,6 +250,15 @@ struct block_scaled_coder {
     return block_scaled_codes<Stochastic>(f, r, Stochastic ? uniforms->at(i) : vzero());
   }
 };
+
+//! The element format a coder is fixed to (block_scaled_coder, any format: e4m3, unused).
+template <class Coder>
+constexpr element_format block_scaled_coder_format() {
+  if constexpr (requires { Coder::format; })
+    return Coder::format;
+  else
+    return element_format::e4m3;
+}
 
 //! Calls fn(coder) with the coder of format f: nearest-even rounding takes
 //! block_scaled_nearest_coder (floating formats, whose shifts are then constants) or
@@ -434,13 +448,24 @@ GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::blo
   const Src in = src;  // locals: the stores into the stream cannot change them
   const Res out = res;
   const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
+  // A byte format's coder knows its format: the residual decodes as block_scaled_decode does.
+  constexpr bool bytes = Bits == 8 && requires { Coder::format; };
+  using byte_decoder = block_scaled_byte_decoder<block_scaled_coder_format<Coder>()>;
+  const byte_decoder decoded(q.dec);
   for (std::uint64_t j = 0; j < len; j += 16) {
     const vf16 v = in.load(begin + j);
     vu16 codes = vset1u(0);
     if (send) codes = coder(q.divide ? v / enc : v * enc, begin + j);
     pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
-    if constexpr (Res::active)
-      out.store(begin + j, v - vcanonical_nan(block_scaled_values(f, codes) * dec));
+    if constexpr (Res::active) {
+      vf16 x;
+      if constexpr (bytes)
+        x = decoded.plain ? byte_decoder::scaled(codes) * decoded.mul
+                          : vcanonical_nan(decoded(codes));
+      else
+        x = vcanonical_nan(block_scaled_values(f, codes) * dec);
+      out.store(begin + j, v - x);
+    }
   }
 }
 
