@@ -251,6 +251,11 @@ struct block_scaled_coder {
   }
 };
 
+//! element_value of the 16 e2m1 codes (-0 for code 8).
+alignas(64) inline constexpr float block_scaled_e2m1_values[16] = {
+    0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
 //! The element format a coder is fixed to (block_scaled_coder, any format: e4m3, unused).
 template <class Coder>
 constexpr element_format block_scaled_coder_format() {
@@ -459,7 +464,9 @@ GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::blo
     pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
     if constexpr (Res::active) {
       vf16 x;
-      if constexpr (bytes)
+      if constexpr (Bits == 4)  // e2m1, the only 4-bit format
+        x = vcanonical_nan(vlookup16(block_scaled_e2m1_values, codes) * dec);
+      else if constexpr (bytes)
         x = decoded.plain ? byte_decoder::scaled(codes) * decoded.mul
                           : vcanonical_nan(decoded(codes));
       else
