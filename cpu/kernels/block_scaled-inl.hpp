@@ -251,11 +251,6 @@ struct block_scaled_coder {
   }
 };
 
-//! element_value of the 16 e2m1 codes (-0 for code 8).
-alignas(64) inline constexpr float block_scaled_e2m1_values[16] = {
-    0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
-    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-
 //! The element format a coder is fixed to (block_scaled_coder, any format: e4m3, unused).
 template <class Coder>
 constexpr element_format block_scaled_coder_format() {
@@ -448,8 +443,9 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_scan_lanes(const Src& src, std
 template <unsigned Bits, class Coder, class Src, class Res>
 GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::block_quantizer q,
                                                 bool send, const Coder& coder, const Src& src,
-                                                const Res& res, std::uint64_t begin,
-                                                std::uint64_t len, std::uint8_t* stream) {
+                                                const Res& res, const float* values,
+                                                std::uint64_t begin, std::uint64_t len,
+                                                std::uint8_t* stream) {
   const Src in = src;  // locals: the stores into the stream cannot change them
   const Res out = res;
   const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
@@ -464,8 +460,8 @@ GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::blo
     pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
     if constexpr (Res::active) {
       vf16 x;
-      if constexpr (Bits == 4)  // e2m1, the only 4-bit format
-        x = vcanonical_nan(vlookup16(block_scaled_e2m1_values, codes) * dec);
+      if constexpr (Bits == 4)  // 4-bit codes: their 16 values from the table, as decoded
+        x = vcanonical_nan(vlookup16(values, codes) * dec);
       else if constexpr (bytes)
         x = decoded.plain ? byte_decoder::scaled(codes) * decoded.mul
                           : vcanonical_nan(decoded(codes));
@@ -589,9 +585,9 @@ struct block_scaled_batch_quantizers {
 template <unsigned Bits, bool Stochastic, class Src, class Res>
 GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, float g,
                                                  block_scaled_uniforms& uniforms, const Src& src,
-                                                 const Res& res, std::uint64_t b0,
-                                                 std::uint64_t group, std::uint8_t* scales,
-                                                 std::uint8_t* stream) {
+                                                 const Res& res, const float* values,
+                                                 std::uint64_t b0, std::uint64_t group,
+                                                 std::uint8_t* scales, std::uint8_t* stream) {
   const blocks::minifloat f = r.element;
   const vu16 amax = block_scaled_batch_maxima(src, b0, group);
   const vu16 code = r.scale == blocks::block_scale::e4m3
@@ -605,8 +601,8 @@ GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, fl
       if (q.zero && !Res::active)
         block_scaled_zero_codes(stream, (b0 + j) * group, group, Bits);
       else
-        block_scaled_code_chunks<Bits>(f, q, !q.zero, coder, src, res, (b0 + j) * group, group,
-                                       stream);
+        block_scaled_code_chunks<Bits>(f, q, !q.zero, coder, src, res, values, (b0 + j) * group,
+                                       group, stream);
     }
   });
   return vhmaxu(amax) >= 0x7F800000u;  // a block held NaN or Inf
@@ -628,7 +624,7 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_encode_lanes(
   if (!send && !Res::active) return s;
   const std::uint64_t whole = len & ~std::uint64_t{15};
   block_scaled_with_coder<Bits, Stochastic>(f, uniforms, [&](const auto& coder) GRADCODEC_VLAMBDA {
-    block_scaled_code_chunks<Bits>(f, q, send, coder, src, res, begin, whole, stream);
+    block_scaled_code_chunks<Bits>(f, q, send, coder, src, res, values, begin, whole, stream);
   });
   for (std::uint64_t i = begin + whole; i < begin + len; ++i) {
     const float v = src.at(i);
@@ -789,7 +785,8 @@ GRADCODEC_VINLINE void block_scaled_decode_lanes(blocks::block_quantizer q, cons
     emit(i, blocks::fmul(values[blocks::get_code(stream, i, Bits)], q.dec));
 }
 
-//! Every code's value (element_value), once per call: the scalar paths look codes up here.
+//! Every code's value (element_value), once per call: the scalar paths and the 4-bit lanes
+//! look codes up here.
 struct block_scaled_values_table {
   float v[256];
   explicit block_scaled_values_table(const blocks::minifloat& f) {
@@ -987,8 +984,9 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
             const auto [b0, b1] = task_blocks(t);
             for (std::uint64_t b = b0; b < b1; ++b) {
               if (block_scaled_batch_fits(rule, group, n, b, b1)) {
-                if (block_scaled_encode_batch<Bits, Stochastic>(
-                        rule, g, uniforms, src, res, b, group, payload + l.scales_offset, stream))
+                if (block_scaled_encode_batch<Bits, Stochastic>(rule, g, uniforms, src, res,
+                                                                values.v, b, group,
+                                                                payload + l.scales_offset, stream))
                   nonfinite.store(true, std::memory_order_relaxed);
                 b += block_scaled_batch - 1;
                 continue;

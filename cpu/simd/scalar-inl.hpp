@@ -150,18 +150,13 @@ GRADCODEC_VINLINE void vstore_u16(std::uint16_t* p, vu16 a) {
   GRADCODEC_LANES h[j] = static_cast<std::uint16_t>(a.v[j]);
   std::memcpy(p, h, sizeof h);
 }
-GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) {
-  const vu16 h = vload_u16(p);
-  vf16 r;
-  GRADCODEC_LANES r.v[j] = blocks::f16_to_f32(static_cast<std::uint16_t>(h.v[j]));
-  return r;
-}
 //! The binary16 in each lane's low 16 bits as f32 (exact; a subnormal stays one under DAZ).
 GRADCODEC_VINLINE vf16 vhalf_to_f(vu16 h) {
   vf16 r;
   GRADCODEC_LANES r.v[j] = blocks::f16_to_f32(static_cast<std::uint16_t>(h.v[j]));
   return r;
 }
+GRADCODEC_VINLINE vf16 vload_f16(const std::uint16_t* p) { return vhalf_to_f(vload_u16(p)); }
 GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   vu16 h;
   GRADCODEC_LANES h.v[j] = blocks::f32_to_f16(a.v[j]);
