@@ -8,14 +8,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "bench_common.hpp"
 #include "bench_cuda.hpp"
-#include "bench_model.hpp"
 #include "bench_report.hpp"
+#include "codec_measure.hpp"
 #include "error.hpp"
 #include "gradcodec/gradcodec.hpp"
 
@@ -57,10 +58,6 @@ struct gpu_clock {
   gpu_clock& operator=(const gpu_clock&) = delete;
 
   //! Median seconds of `runs` timed calls after one warm-up; 0 runs when body fails.
-  struct timing {
-    double median_s = 0;
-    std::uint64_t runs = 0;
-  };
   template <class Body>
   timing time(std::uint64_t runs, Body body) {
     timing t;
@@ -82,121 +79,51 @@ struct gpu_clock {
   }
 };
 
-//! The four operations of one codec on one GPU.
-void run_codec(run_state& st, gpu_clock& clk, const codec_spec& spec, const std::string& gpu,
-               const std::vector<float>& host_x, const device_buffer& x) {
-  const std::uint64_t n = host_x.size();
-  const std::uint64_t rows = spec.id == codec_id::powersgd ? powersgd_square_rows(n) : 0;
-  const std::string name = to_string(spec);
-  const auto base = [&](bench_op op) {
-    record r;
-    r.codec = name;
-    r.backend = "cuda";
-    r.isa = gpu;
-    r.threads = 0;
-    r.n = n;
-    r.op = std::string(bench_op_name(op));
-    return r;
-  };
-  status failure;
-  // Every codec runs on the CUDA backend: any failure is a failed measurement.
-  const auto noted = [&](bench_op op) {
-    record r = base(op);
-    ++st.failed;
-    r.note = "error: " + std::string(status_code_name(failure.code())) + ": " + failure.message();
-    st.add(r);
-  };
+//! The buffers of one codec on one GPU: the input shared by every codec of a size, and the
+//! workspace, frame and outputs allocated for this codec.
+class device_memory {
+ public:
+  static constexpr bool host = false;
 
-  const auto all_noted = [&] {
-    for (const bench_op op :
-         {bench_op::encode, bench_op::decode, bench_op::decode_accumulate, bench_op::encode_ef})
-      noted(op);
-  };
-
-  exec_options opt;
-  opt.where = backend::cuda;
-  opt.stream = clk.stream;
-  const const_tensor_view in{x.ptr, n, dtype::f32, rows};
-  std::size_t ws = 0;
-  for (const operation op : {operation::encode, operation::encode_with_feedback, operation::decode,
-                             operation::decode_accumulate}) {
-    auto w = workspace_size(spec, in, op, opt);
-    if (!w) {
-      failure = w.error();
-      all_noted();
-      return;
-    }
-    ws = std::max(ws, w.value());
+  device_memory(const std::vector<float>& host_x, const device_buffer& x, cudaStream_t stream)
+      : host_x_(host_x), x_(x), stream_(stream) {}
+  std::uint64_t n() const { return host_x_.size(); }
+  const void* input() const { return x_.ptr; }
+  std::span<const float> host_input() const { return host_x_; }
+  void reserve(std::size_t workspace, std::size_t frame) {
+    const std::size_t bytes = 4 * n();
+    workspace_.emplace(workspace);
+    frame_.emplace(frame);
+    out_.emplace(bytes);
+    acc_.emplace(bytes);
+    residual_.emplace(bytes);
   }
-  device_buffer workspace(ws), frame(encode_bound(spec, n, dtype::f32, rows)), out(4 * n),
-      acc(4 * n), residual(4 * n);
-  opt.workspace = {workspace.bytes(), ws};
-  const context ctx{1, 0, 0};
-
-  std::size_t frame_bytes = 0;
-  const auto te = clk.time(st.min_runs, [&] {
-    auto w = encode(spec, ctx, in, {frame.bytes(), frame.size}, opt);
-    if (!w) failure = w.error();
-    if (w) frame_bytes = w.value();
-    return w.ok();
-  });
-  if (te.runs == 0) {
-    all_noted();
-    return;
+  std::span<std::byte> workspace() { return {workspace_->bytes(), workspace_->size}; }
+  std::span<std::byte> frame() { return {frame_->bytes(), frame_->size}; }
+  float* out() { return static_cast<float*>(out_->ptr); }
+  float* acc() { return static_cast<float*>(acc_->ptr); }
+  float* residual() { return static_cast<float*>(residual_->ptr); }
+  //! On the timed stream: it is non-blocking, so a legacy-stream memset would not be ordered.
+  void zero(float* p) { check(cudaMemsetAsync(p, 0, 4 * n(), stream_), "cudaMemsetAsync"); }
+  result<frame_header> peek_frame(std::size_t) const {
+    std::vector<std::byte> header(header_bytes);
+    check(cudaMemcpy(header.data(), frame_->ptr, header_bytes, cudaMemcpyDeviceToHost),
+          "header copy");
+    return peek(header);
   }
-  const const_bytes fr{frame.bytes(), frame_bytes};
-  std::vector<std::byte> header(header_bytes);
-  check(cudaMemcpy(header.data(), frame.ptr, header_bytes, cudaMemcpyDeviceToHost), "header copy");
-  const auto h = peek(header);
-  const std::uint64_t kept = h ? h.value().count : n;
-  const bool sparse = blocks::traits_of(spec.id).selects;
-  const tensor_view out_v{out.ptr, n, dtype::f32, rows};
-
-  const auto td = clk.time(st.min_runs, [&] {
-    const status s = decode(fr, out_v, opt);
-    if (!s.ok()) failure = s;
-    return s.ok();
-  });
-  double err = 0;
-  if (td.runs > 0) {
-    std::vector<float> decoded(n);
-    check(cudaMemcpy(decoded.data(), out.ptr, 4 * n, cudaMemcpyDeviceToHost), "result copy");
-    err = rel_error(decoded.data(), host_x);
+  std::span<const float> decoded() {
+    decoded_.resize(n());
+    check(cudaMemcpy(decoded_.data(), out_->ptr, 4 * n(), cudaMemcpyDeviceToHost), "result copy");
+    return decoded_;
   }
-  const auto finish = [&](bench_op op, const gpu_clock::timing& tm, std::uint64_t bytes_of_frame) {
-    if (tm.runs == 0) return noted(op);
-    record r = base(op);
-    r.median_s = tm.median_s;
-    r.runs = tm.runs;
-    r.bytes_per_element = bytes_per_element(spec.id, op, n, bytes_of_frame, sparse ? kept : n);
-    r.ratio = 4.0 * static_cast<double>(n) / static_cast<double>(bytes_of_frame);
-    r.rel_error = err;
-    st.add(r);
-  };
-  finish(bench_op::encode, te, frame_bytes);
-  finish(bench_op::decode, td, frame_bytes);
 
-  // On the timed stream: it is non-blocking, so a legacy-stream memset would not be ordered.
-  check(cudaMemsetAsync(acc.ptr, 0, 4 * n, clk.stream), "cudaMemsetAsync");
-  const tensor_view acc_v{acc.ptr, n, dtype::f32, rows};
-  const auto ta = clk.time(st.min_runs, [&] {
-    const status s = decode_accumulate(fr, acc_v, 1.0f, opt);
-    if (!s.ok()) failure = s;
-    return s.ok();
-  });
-  finish(bench_op::decode_accumulate, ta, frame_bytes);
-
-  check(cudaMemsetAsync(residual.ptr, 0, 4 * n, clk.stream), "cudaMemsetAsync");
-  const tensor_view res_v{residual.ptr, n, dtype::f32, rows};
-  frame_tally ef_frames;
-  const auto tf = clk.time(st.min_runs, [&] {
-    auto w = encode_with_feedback(spec, ctx, in, res_v, {frame.bytes(), frame.size}, opt);
-    if (!w) failure = w.error();
-    if (w) ef_frames.add(w.value());
-    return w.ok();
-  });
-  finish(bench_op::encode_ef, tf, ef_frames.mean());
-}
+ private:
+  const std::vector<float>& host_x_;
+  const device_buffer& x_;
+  cudaStream_t stream_;
+  std::optional<device_buffer> workspace_, frame_, out_, acc_, residual_;
+  std::vector<float> decoded_;
+};
 
 }  // namespace
 
@@ -244,7 +171,17 @@ void run_bench_cuda(const cuda_bench_request& req, run_state& st) {
       cp.runs = tc.runs;
       st.memcpy_gbps = 8.0 * static_cast<double>(n) / tc.median_s * 1e-9;
       st.add(cp);
-      for (const auto& spec : req.specs) run_codec(st, clk, spec, gpu, host_x, x);
+      measure_target t;
+      t.opt.where = backend::cuda;
+      t.opt.stream = clk.stream;
+      t.backend = "cuda";
+      t.isa = gpu;
+      t.threads = 0;
+      t.unavailable_fails = true;  // every codec runs on the CUDA backend
+      for (const auto& spec : req.specs) {
+        device_memory mem(host_x, x, clk.stream);
+        measure_codec(st, clk, mem, spec, t);
+      }
     }
   }
 }

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! gradcodec bench: median times of encode, decode, decode-accumulate and fused EF encode
-//! for each codec x backend x ISA x threads x size, as effective GB/s by the bytes model
-//! (bench_model.hpp) and as a share of a memcpy measured in the same run, beside baselines
-//! (memcpy, a read-only sum, std::nth_element and binary-heap top-k, a two-pass min-max
-//! quantizer).
+//! gradcodec bench: its options, and the host run over every size x target x codec. Each
+//! codec is measured by the one harness (codec_measure.hpp) on the host's clock and memory
+//! (host_measure.hpp), beside the baselines (baselines.hpp); --backend cuda runs the same
+//! harness on a GPU (bench_cuda.cpp), --allreduce times collectives (cmd_bench_allreduce.cpp).
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -20,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "baselines.hpp"
 #include "bench_allreduce.hpp"
 #if GRADCODEC_TOOL_HAVE_CUDA
 #include "bench_cuda.hpp"
@@ -28,8 +28,10 @@
 #include "bench_model.hpp"
 #include "bench_report.hpp"
 #include "codec_calls.hpp"
+#include "codec_measure.hpp"
 #include "commands.hpp"
 #include "error.hpp"
+#include "host_measure.hpp"
 #include "text.hpp"
 
 namespace gradcodec::tool {
@@ -71,420 +73,16 @@ constexpr std::array bench_options{
     allreduce_warmup_option,
 };
 
-using clock_type = std::chrono::steady_clock;
-
-//! One warm-up call, then at least `min_runs` timed calls and more while they add up to
-//! under 0.2 s (at most 100): the median of them. `body` returns false on failure.
-struct timing {
-  double median_s = 0;
-  std::uint64_t runs = 0;
-};
-timing time_op(std::uint64_t min_runs, const std::function<bool()>& body) {
-  timing t;
-  if (!body()) return t;
-  std::vector<double> times;
-  double total = 0;
-  while (times.size() < min_runs || (total < 0.2 && times.size() < 100)) {
-    const auto t0 = clock_type::now();
-    if (!body()) return t;
-    const double s = std::chrono::duration<double>(clock_type::now() - t0).count();
-    times.push_back(s);
-    total += s;
-  }
-  t.median_s = median(times);
-  t.runs = times.size();
+//! A host backend's target: the reference (isa "-"), or the CPU backend on one ISA with a
+//! thread count (0 = the library default, shown as its count).
+measure_target host_target(backend where, const std::string& isa, int threads) {
+  measure_target t;
+  t.opt.where = where;
+  t.opt.threads = threads;
+  t.backend = std::string(backend_name(where));
+  t.isa = isa;
+  t.threads = where == backend::reference ? 1 : (threads > 0 ? threads : cpu_default_threads());
   return t;
-}
-
-//! Buffers of one size, fresh per size.
-//! Allocates on 64-byte boundaries, as PyTorch's CPU allocator places tensors. A large
-//! std::vector lies 16 bytes past a page boundary (glibc's mmap chunks), where the
-//! quantizers' and sparse codecs' streaming stores for large decode outputs never run.
-template <class T>
-struct line_aligned_allocator {
-  using value_type = T;
-  line_aligned_allocator() = default;
-  template <class U>
-  line_aligned_allocator(const line_aligned_allocator<U>&) noexcept {}
-  T* allocate(std::size_t n) {
-    if (void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64)) return static_cast<T*>(p);
-    throw std::bad_alloc();
-  }
-  void deallocate(T* p, std::size_t) noexcept { std::free(p); }
-  template <class U>
-  bool operator==(const line_aligned_allocator<U>&) const noexcept {
-    return true;
-  }
-};
-
-struct buffers {
-  std::vector<float, line_aligned_allocator<float>> x, out, acc, residual;
-  std::vector<std::byte> frame, workspace;
-};
-
-struct target {
-  backend where;
-  std::string isa;  //!< "-" for the reference
-  int threads;      //!< as requested (0 = library default)
-};
-
-volatile float g_sink = 0;  // keeps the read-only sum from being optimized away
-
-//! memcpy, the read-only sum, two top-k selections and a two-pass 4-bit quantizer,
-//! single-threaded, on the same data.
-void run_baselines(run_state& st, buffers& b) {
-  const std::uint64_t n = b.x.size();
-  const double in_bytes = 4.0 * static_cast<double>(n);
-  const auto base = [&](const std::string& codec, const std::string& op) {
-    record r;
-    r.codec = codec;
-    r.backend = "baseline";
-    r.isa = "-";
-    r.threads = 1;
-    r.n = n;
-    r.op = op;
-    r.ratio = 1.0;
-    return r;
-  };
-
-  record cp = base("none", "memcpy");
-  const timing tc = time_op(st.min_runs, [&] {
-    std::memcpy(b.out.data(), b.x.data(), n * sizeof(float));
-    return true;
-  });
-  cp.median_s = tc.median_s;
-  cp.runs = tc.runs;
-  cp.bytes_per_element = 8.0;
-  st.memcpy_gbps = 8.0 * static_cast<double>(n) / tc.median_s * 1e-9;
-  st.add(cp);
-
-  record sum = base("none", "sum");
-  const timing ts = time_op(st.min_runs, [&] {
-    std::array<float, 16> part{};
-    std::uint64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-      for (std::size_t j = 0; j < 16; ++j) part[j] += b.x[i + j];
-    float s = 0;
-    for (; i < n; ++i) s += b.x[i];
-    for (const float p : part) s += p;
-    g_sink = s;
-    return true;
-  });
-  sum.median_s = ts.median_s;
-  sum.runs = ts.runs;
-  sum.bytes_per_element = 4.0;
-  st.add(sum);
-
-  // Top-k by magnitude, k as topk's default ratio 0.01; output (index, value) pairs.
-  const std::uint64_t k = std::max<std::uint64_t>(1, n / 100);
-  std::vector<float> mags(n);
-  std::vector<std::uint32_t> idx(k);
-  std::vector<float> val(k);
-  const auto topk_error = [&] {
-    std::copy(b.x.begin(), b.x.end(), b.out.begin());
-    for (std::uint64_t j = 0; j < k; ++j) b.out[idx[j]] = 0.0f;
-    double e2 = 0, r2 = 0;  // error of keeping the selected: the dropped elements
-    for (std::uint64_t i = 0; i < n; ++i) {
-      e2 += static_cast<double>(b.out[i]) * b.out[i];
-      r2 += static_cast<double>(b.x[i]) * b.x[i];
-    }
-    return r2 > 0 ? std::sqrt(e2 / r2) : 0.0;
-  };
-  const std::string topk_spec = "topk:ratio=0.01";
-  const double topk_bpe = 4.0 + 8.0 * static_cast<double>(k) / static_cast<double>(n);
-
-  record ne = base(topk_spec, "nth_element_topk");
-  const timing tn = time_op(st.min_runs, [&] {
-    for (std::uint64_t i = 0; i < n; ++i) mags[i] = std::fabs(b.x[i]);
-    std::nth_element(mags.begin(), mags.begin() + static_cast<std::ptrdiff_t>(n - k), mags.end());
-    const float thr = mags[n - k];
-    std::uint64_t m = 0;
-    for (std::uint64_t i = 0; i < n && m < k; ++i)
-      if (std::fabs(b.x[i]) > thr) {
-        idx[m] = static_cast<std::uint32_t>(i);
-        val[m++] = b.x[i];
-      }
-    for (std::uint64_t i = 0; i < n && m < k; ++i)
-      if (std::fabs(b.x[i]) == thr) {
-        idx[m] = static_cast<std::uint32_t>(i);
-        val[m++] = b.x[i];
-      }
-    return true;
-  });
-  ne.median_s = tn.median_s;
-  ne.runs = tn.runs;
-  ne.bytes_per_element = topk_bpe;
-  ne.ratio = in_bytes / (8.0 * static_cast<double>(k));
-  ne.rel_error = topk_error();
-  st.add(ne);
-
-  // BytePS: a min-heap of the k largest magnitudes, the top replaced only when strictly greater.
-  record hp = base(topk_spec, "heap_topk");
-  std::vector<std::pair<float, std::uint32_t>> heap;
-  heap.reserve(k);
-  const auto greater = [](const auto& a, const auto& c) { return a.first > c.first; };
-  const timing th = time_op(st.min_runs, [&] {
-    heap.clear();
-    for (std::uint64_t i = 0; i < k; ++i)
-      heap.emplace_back(std::fabs(b.x[i]), static_cast<std::uint32_t>(i));
-    std::make_heap(heap.begin(), heap.end(), greater);
-    for (std::uint64_t i = k; i < n; ++i) {
-      const float a = std::fabs(b.x[i]);
-      if (a > heap.front().first) {
-        std::pop_heap(heap.begin(), heap.end(), greater);
-        heap.back() = {a, static_cast<std::uint32_t>(i)};
-        std::push_heap(heap.begin(), heap.end(), greater);
-      }
-    }
-    for (std::uint64_t j = 0; j < k; ++j) {
-      idx[j] = heap[j].second;
-      val[j] = b.x[heap[j].second];
-    }
-    return true;
-  });
-  hp.median_s = th.median_s;
-  hp.runs = th.runs;
-  hp.bytes_per_element = topk_bpe;
-  hp.ratio = ne.ratio;
-  hp.rel_error = topk_error();
-  st.add(hp);
-
-  // CGX: per bucket of 512, one pass for min/max, one to quantize to 4 bits (nearest).
-  constexpr std::uint64_t bucket = 512;
-  const std::uint64_t buckets = (n + bucket - 1) / bucket;
-  std::vector<float> lo(buckets), hi(buckets);
-  std::vector<std::uint8_t> packed((n + 1) / 2);
-  record mm = base("minmax:bits=4,bucket=512", "cgx_minmax4");
-  const timing tm = time_op(st.min_runs, [&] {
-    for (std::uint64_t g = 0; g < buckets; ++g) {
-      const std::uint64_t e = std::min(n, (g + 1) * bucket);
-      float mn = b.x[g * bucket], mx = mn;
-      for (std::uint64_t i = g * bucket + 1; i < e; ++i) {
-        mn = std::min(mn, b.x[i]);
-        mx = std::max(mx, b.x[i]);
-      }
-      lo[g] = mn;
-      hi[g] = mx;
-    }
-    std::fill(packed.begin(), packed.end(), std::uint8_t{0});
-    for (std::uint64_t g = 0; g < buckets; ++g) {
-      const std::uint64_t e = std::min(n, (g + 1) * bucket);
-      const float range = hi[g] - lo[g];
-      const float inv = range > 0 ? 15.0f / range : 0.0f;
-      for (std::uint64_t i = g * bucket; i < e; ++i) {
-        const auto q = static_cast<std::uint8_t>((b.x[i] - lo[g]) * inv + 0.5f);
-        packed[i / 2] |= static_cast<std::uint8_t>(q << (4 * (i % 2)));
-      }
-    }
-    return true;
-  });
-  for (std::uint64_t i = 0; i < n; ++i) {
-    const std::uint64_t g = i / bucket;
-    const float q = static_cast<float>((packed[i / 2] >> (4 * (i % 2))) & 15);
-    b.out[i] = lo[g] + q * ((hi[g] - lo[g]) / 15.0f);
-  }
-  const double mm_bytes = static_cast<double>(packed.size() + 8 * buckets);
-  mm.median_s = tm.median_s;
-  mm.runs = tm.runs;
-  mm.bytes_per_element = 4.0 + mm_bytes / static_cast<double>(n);
-  mm.ratio = in_bytes / mm_bytes;
-  mm.rel_error = rel_error(b.out.data(), b.x);
-  st.add(mm);
-}
-
-std::string note_of(const status& s, const target& t) {
-  if (s.code() == status_code::backend_unavailable)
-    return "not implemented on backend " + std::string(backend_name(t.where));
-  return "error: " + std::string(status_code_name(s.code())) + ": " + s.message();
-}
-
-//! The first byte where two byte ranges differ, as a message ("" when equal).
-std::string first_difference(const char* what, std::span<const std::byte> a,
-                             std::span<const std::byte> b) {
-  if (a.size() != b.size())
-    return strprintf("%s: %zu bytes against the reference's %zu", what, a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return strprintf("%s: byte %zu differs from the reference's", what, i);
-  return {};
-}
-
-std::span<const std::byte> bytes_of(std::span<const float> v) { return std::as_bytes(v); }
-
-//! --verify: the frame and decoded values the measured backend produced, and one error-
-//! feedback step from a zero residual on both backends, against the reference backend.
-std::string verify_against_reference(const codec_spec& spec, const context& ctx,
-                                     const_tensor_view in, const_bytes frame,
-                                     std::span<const float> decoded, const exec_options& opt) {
-  const std::uint64_t n = in.n;
-  // Each call with a workspace of the size it asks for.
-  std::vector<std::byte> ref_ws, ws;
-  const auto with_workspace = [&](exec_options o, operation op,
-                                  std::vector<std::byte>& w) -> result<exec_options> {
-    auto need = workspace_size(spec, in, op, o);
-    if (!need) return need.error();
-    w.assign(need.value(), std::byte{0});
-    o.workspace = w;
-    return o;
-  };
-  auto ref =
-      with_workspace(exec_options{backend::reference}, operation::encode_with_feedback, ref_ws);
-  auto mine = with_workspace(opt, operation::encode_with_feedback, ws);
-  if (!ref || !mine) return "workspace: " + std::string((ref ? mine : ref).error().message());
-  const std::uint64_t bound = encode_bound(spec, n, dtype::f32, in.rows);
-  std::vector<std::byte> want(bound);
-  auto w = encode(spec, ctx, in, want, ref.value());
-  if (!w) return "reference encode: " + std::string(w.error().message());
-  want.resize(w.value());
-  if (auto d = first_difference("frame", frame, want); !d.empty()) return d;
-  std::vector<float> ref_out(n);
-  if (status s = decode(frame, {ref_out.data(), n, dtype::f32, in.rows}, ref.value()); !s.ok())
-    return "reference decode: " + std::string(s.message());
-  if (auto d = first_difference("decoded values", bytes_of(decoded), bytes_of(ref_out)); !d.empty())
-    return d;
-  // One error-feedback step each, from a zero residual.
-  std::vector<float> res(n, 0.0f), ref_res(n, 0.0f);
-  std::vector<std::byte> ef(bound), ref_ef(bound);
-  auto e =
-      encode_with_feedback(spec, ctx, in, {res.data(), n, dtype::f32, in.rows}, ef, mine.value());
-  auto r = encode_with_feedback(spec, ctx, in, {ref_res.data(), n, dtype::f32, in.rows}, ref_ef,
-                                ref.value());
-  if (!e || !r) return "error feedback: " + std::string((e ? r : e).error().message());
-  if (auto d = first_difference("error-feedback frame", std::span(ef).first(e.value()),
-                                std::span(ref_ef).first(r.value()));
-      !d.empty())
-    return d;
-  return first_difference("residual", bytes_of(res), bytes_of(ref_res));
-}
-
-//! The four operations of one codec on one target; rows for each.
-void run_codec(run_state& st, buffers& b, const codec_spec& spec, const target& t) {
-  const std::uint64_t n = b.x.size();
-  const std::uint64_t rows = spec.id == codec_id::powersgd ? powersgd_square_rows(n) : 0;
-  const int shown_threads =
-      t.where == backend::reference ? 1 : (t.threads > 0 ? t.threads : cpu_default_threads());
-  const std::string name = to_string(spec);
-  const auto base = [&](bench_op op) {
-    record r;
-    r.codec = name;
-    r.backend = std::string(backend_name(t.where));
-    r.isa = t.isa;
-    r.threads = shown_threads;
-    r.n = n;
-    r.op = std::string(bench_op_name(op));
-    return r;
-  };
-  const auto all_note = [&](const std::string& note) {
-    for (const bench_op op :
-         {bench_op::encode, bench_op::decode, bench_op::decode_accumulate, bench_op::encode_ef}) {
-      record r = base(op);
-      r.note = note;
-      st.add(r);
-    }
-  };
-
-  exec_options opt;
-  opt.where = t.where;
-  opt.threads = t.threads;
-  const const_tensor_view in{b.x.data(), n, dtype::f32, rows};
-  std::size_t ws = 0;
-  for (const operation op : {operation::encode, operation::encode_with_feedback, operation::decode,
-                             operation::decode_accumulate}) {
-    auto w = workspace_size(spec, in, op, opt);
-    if (!w) {
-      if (w.error().code() != status_code::backend_unavailable) ++st.failed;
-      all_note(note_of(w.error(), t));
-      return;
-    }
-    ws = std::max(ws, w.value());
-  }
-  if (b.workspace.size() < ws) b.workspace.assign(ws, std::byte{0});
-  opt.workspace = b.workspace;
-  const std::uint64_t bound = encode_bound(spec, n, dtype::f32, rows);
-  if (b.frame.size() < bound) b.frame.assign(bound, std::byte{0});
-  const context ctx{1, 0, 0};
-
-  // Encode; every later operation reads its frame.
-  std::size_t frame_bytes = 0;
-  status failure;
-  const timing te = time_op(st.min_runs, [&] {
-    auto w = encode(spec, ctx, in, b.frame, opt);
-    if (!w) {
-      failure = w.error();
-      return false;
-    }
-    frame_bytes = w.value();
-    return true;
-  });
-  if (te.runs == 0) {
-    if (failure.code() != status_code::backend_unavailable) ++st.failed;
-    all_note(note_of(failure, t));
-    return;
-  }
-  const const_bytes frame{b.frame.data(), frame_bytes};
-  auto h = peek(frame);
-  if (!h) {
-    ++st.failed;
-    all_note(note_of(h.error(), t));
-    return;
-  }
-  const std::uint64_t kept = blocks::traits_of(spec.id).selects ? h.value().count : n;
-  const tensor_view out{b.out.data(), n, dtype::f32, rows};
-  const tensor_view acc{b.acc.data(), n, dtype::f32, rows};
-  const tensor_view residual{b.residual.data(), n, dtype::f32, rows};
-
-  const auto finish = [&](bench_op op, const timing& tm, double err, std::uint64_t bytes_of_frame) {
-    record r = base(op);
-    if (tm.runs == 0) {
-      if (failure.code() != status_code::backend_unavailable) ++st.failed;
-      r.note = note_of(failure, t);
-    } else {
-      r.median_s = tm.median_s;
-      r.runs = tm.runs;
-      r.bytes_per_element = bytes_per_element(spec.id, op, n, bytes_of_frame, kept);
-      r.ratio = 4.0 * static_cast<double>(n) / static_cast<double>(bytes_of_frame);
-      r.rel_error = err;
-    }
-    st.add(r);
-  };
-
-  const timing td = time_op(st.min_runs, [&] {
-    const status s = decode(frame, out, opt);
-    if (!s.ok()) failure = s;
-    return s.ok();
-  });
-  const double err = td.runs > 0 ? rel_error(b.out.data(), b.x) : 0.0;
-  if (st.verify && t.where != backend::reference && td.runs > 0) {
-    const std::string why = verify_against_reference(spec, ctx, in, frame,
-                                                     std::span<const float>(b.out.data(), n), opt);
-    if (why.empty()) {
-      ++st.verified;
-    } else {
-      ++st.failed;
-      std::cout << "verify: " << name << " on " << backend_name(t.where) << " " << t.isa << ": "
-                << why << "\n";
-    }
-  }
-  finish(bench_op::encode, te, err, frame_bytes);
-  finish(bench_op::decode, td, err, frame_bytes);
-
-  std::fill(b.acc.begin(), b.acc.end(), 0.0f);
-  const timing ta = time_op(st.min_runs, [&] {
-    const status s = decode_accumulate(frame, acc, 1.0f, opt);
-    if (!s.ok()) failure = s;
-    return s.ok();
-  });
-  finish(bench_op::decode_accumulate, ta, err, frame_bytes);
-
-  // The residual starts at zero and carries over between runs, as in training.
-  std::fill(b.residual.begin(), b.residual.end(), 0.0f);
-  frame_tally ef_frames;
-  const timing tf = time_op(st.min_runs, [&] {
-    auto w = encode_with_feedback(spec, ctx, in, residual, b.frame, opt);
-    if (!w) failure = w.error();
-    if (w) ef_frames.add(w.value());
-    return w.ok();
-  });
-  finish(bench_op::encode_ef, tf, err, ef_frames.mean());
 }
 
 std::vector<backend> backends_from(const parsed_args& args, bool& reference_named) {
@@ -625,14 +223,15 @@ int run_bench(const parsed_args& args) {
   const std::vector<backend> backends = backends_from(args, reference_named);
   const std::vector<cpu_isa> isas = isas_from(args);
 
-  std::vector<target> targets;
+  std::vector<measure_target> targets;
   for (const backend b : backends) {
     if (b == backend::reference) {
-      targets.push_back({b, "-", 0});
+      targets.push_back(host_target(b, "-", 0));
       continue;
     }
     for (const cpu_isa i : isas)
-      for (const int t : threads) targets.push_back({b, std::string(cpu_isa_name(i)), t});
+      for (const int t : threads)
+        targets.push_back(host_target(b, std::string(cpu_isa_name(i)), t));
   }
 
   const cpu_isa initial_isa = cpu_isa_active();
@@ -649,17 +248,13 @@ int run_bench(const parsed_args& args) {
   for (const std::uint64_t n : sizes) {
     std::cout << "\nn = " << size_name(n) << " (" << n << " elements, "
               << strprintf("%.1f", 4.0 * static_cast<double>(n) / (1 << 20)) << " MiB)\n";
-    buffers b;
-    b.x.resize(n);
-    fill_gradient(b.x);
-    b.out.assign(n, 0.0f);
-    b.acc.assign(n, 0.0f);
-    b.residual.assign(n, 0.0f);
+    host_memory mem(n);
+    host_clock clock;
     st.out.header();
-    run_baselines(st, b);
+    run_baselines(st, mem);
     bool skipped_reference = false, skipped_scalar = false;
     for (const auto& t : targets) {
-      if (t.where == backend::reference && n > slow_limit && !reference_named) {
+      if (t.opt.where == backend::reference && n > slow_limit && !reference_named) {
         skipped_reference = true;
         continue;
       }
@@ -667,11 +262,11 @@ int run_bench(const parsed_args& args) {
         skipped_scalar = true;
         continue;
       }
-      if (t.where != backend::reference) {
+      if (t.opt.where != backend::reference) {
         auto i = cpu_isa_from_name(t.isa);
         if (!i || !set_cpu_isa(i.value()).ok()) fail("cannot select CPU ISA '" + t.isa + "'");
       }
-      for (const auto& spec : specs) run_codec(st, b, spec, t);
+      for (const auto& spec : specs) measure_codec(st, clock, mem, spec, t);
     }
     if (skipped_reference)
       std::cout << "(reference backend skipped above 2^24: slow; name it in --backend to "

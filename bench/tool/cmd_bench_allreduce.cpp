@@ -330,7 +330,7 @@ class allreduce_bench {
   void run_size(std::uint64_t n);
   status dense_fp32(size_buffers& b, row& r);
   status dense_bf16(size_buffers& b, row& r);
-  void run_codec(size_buffers& b, const codec_spec& spec, comm::workspace& ws);
+  void run_strategies(size_buffers& b, const codec_spec& spec, comm::workspace& ws);
 
   const options& o_;
   recording_communicator rec_;
@@ -388,7 +388,7 @@ void allreduce_bench::run_size(std::uint64_t n) {
   }
 
   comm::workspace ws;
-  for (const auto& spec : o_.specs) run_codec(b, spec, ws);
+  for (const auto& spec : o_.specs) run_strategies(b, spec, ws);
 }
 
 status allreduce_bench::dense_fp32(size_buffers& b, row& r) {
@@ -425,7 +425,9 @@ status allreduce_bench::dense_bf16(size_buffers& b, row& r) {
   return {};
 }
 
-void allreduce_bench::run_codec(size_buffers& b, const codec_spec& spec, comm::workspace& ws) {
+//! One codec through every strategy it supports that was asked for, each with and without
+//! pipelining: the timed allreduce, its phases, and a replay of its collectives alone.
+void allreduce_bench::run_strategies(size_buffers& b, const codec_spec& spec, comm::workspace& ws) {
   const std::uint64_t n = b.in.size();
   const std::vector<comm::tensor_slot> slots =
       spec.id == codec_id::powersgd ? model_layout(n) : std::vector<comm::tensor_slot>{};
