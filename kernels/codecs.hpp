@@ -13,7 +13,8 @@ namespace gradcodec::cuda {
   status name##_decode(const detail::decode_call& c);                                     \
   status name##_encode_feedback(const detail::feedback_call& c);
 GRADCODEC_CUDA_CODEC(cast)
-GRADCODEC_CUDA_CODEC(bucketed)
+GRADCODEC_CUDA_CODEC(quant)
+GRADCODEC_CUDA_CODEC(sign)
 GRADCODEC_CUDA_CODEC(randomk)
 GRADCODEC_CUDA_CODEC(topk)
 GRADCODEC_CUDA_CODEC(threshold)

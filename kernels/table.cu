@@ -82,8 +82,10 @@ status check_header(const frame_header& expected, const_bytes frame, frame_verdi
 
 const device_access access{owns, device_of, current_device, read_header, check_header};
 
-constexpr codec_ops bucketed{cuda::bucketed_workspace, cuda::bucketed_encode, cuda::bucketed_decode,
-                             cuda::bucketed_encode_feedback};
+constexpr codec_ops quant{cuda::quant_workspace, cuda::quant_encode, cuda::quant_decode,
+                          cuda::quant_encode_feedback};
+constexpr codec_ops sign{cuda::sign_workspace, cuda::sign_encode, cuda::sign_decode,
+                         cuda::sign_encode_feedback};
 constexpr codec_ops randomk{cuda::randomk_workspace, cuda::randomk_encode, cuda::randomk_decode,
                             cuda::randomk_encode_feedback};
 constexpr codec_ops topk{cuda::topk_workspace, cuda::topk_encode, cuda::topk_decode,
@@ -102,12 +104,13 @@ constexpr codec_ops block_scaled{cuda::block_scaled_workspace, cuda::block_scale
 backend_table make_table() {
   backend_table t{"cuda", {}, &access, &cuda::powersgd_phases};
   auto set = [&](codec_id id, codec_ops ops) { t.codecs[static_cast<int>(id) - 1] = ops; };
-  for (const codec_info& c : all_codecs()) {
-    if (blocks::traits_of(c.id).block_scaled)
-      set(c.id, block_scaled);
-    else if (blocks::traits_of(c.id).bucketed)
-      set(c.id, bucketed);
-  }
+  for (const codec_info& c : all_codecs())
+    if (blocks::traits_of(c.id).block_scaled) set(c.id, block_scaled);
+  set(codec_id::qsgd, quant);
+  set(codec_id::terngrad, quant);
+  set(codec_id::minmax, quant);
+  set(codec_id::sign, sign);
+  set(codec_id::onebit, sign);
   set(codec_id::randomk, randomk);
   set(codec_id::topk, topk);
   set(codec_id::threshold, threshold);
