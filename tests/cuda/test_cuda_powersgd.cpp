@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The PowerSGD phase API on device memory, queued on a caller's non-blocking stream,
-// against the same phases on the host: init_q, then two steps of compute_p, compute_q and
+// The PowerSGD codec (kernels/powersgd.cu) against the reference, byte for byte
+// (codec_check.hpp), and the PowerSGD phase API on device memory, queued on a caller's non-blocking
+// stream, against the same phases on the host: init_q, then two steps of compute_p, compute_q and
 // finish (warm start and error feedback carried), for grad and out in f32 and bf16, W = 1
 // and 3, error feedback on and off, one run with a NaN in the gradient. Equal bits, except
 // that a NaN need only be a NaN (docs/codecs.md). A step captures into a CUDA graph. Bad
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "codec_check.hpp"
 #include "gpu_test_env.hpp"
 #include "gradcodec/powersgd.hpp"
 #include "support/data.hpp"
@@ -23,6 +25,8 @@ namespace gc = gradcodec;
 using namespace gc::test;
 
 namespace {
+
+const char* const kPowersgdSpecs[] = {"powersgd", "powersgd:rank=8,eps=0"};
 
 std::span<float> floats(const device_bytes& d, std::size_t count) {
   return {reinterpret_cast<float*>(d.ptr), count};
@@ -269,3 +273,5 @@ TEST(CudaPowersgdPhases, BadCallsAreRefusedBeforeAnythingIsQueued) {
 }
 
 }  // namespace
+
+GRADCODEC_CUDA_FAMILY_TESTS(CudaPowersgd, kPowersgdSpecs);
