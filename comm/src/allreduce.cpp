@@ -17,6 +17,7 @@
 #include "comm/src/run.hpp"
 #include "comm/src/state_setup.hpp"
 #include "comm/src/strategies/strategies.hpp"
+#include "comm/src/workspace.hpp"
 #include "gradcodec/bounds.hpp"
 
 namespace gradcodec::comm {
@@ -46,7 +47,7 @@ void configure(run& r, bool average) {
   const std::uint64_t n = r.in.n;
   if (id == codec_id::powersgd && !r.cfg.uncompressed) {
     // One segment per tensor slot, and one per gap between slots (sent as vectors).
-    auto& pieces = r.ws.pieces;
+    auto& pieces = r.ws.powersgd.pieces;
     pieces.clear();
     std::uint64_t at = 0;
     auto add = [&](std::uint64_t off, std::uint64_t len, std::uint64_t rows) {
@@ -280,7 +281,7 @@ status run_hierarchical(communicator& world, const hierarchy& h, const call_layo
   run ri{*h.intra, cfg, r.how, r.ctx, in, out, r.st, node_ws, times, data_mem};
   configure(ri, false);
   ri.reported_rank = world.rank();
-  float* node = node_ws.node.as<float>(in.n + 1, data_mem);
+  float* node = node_ws.hierarchy.node.as<float>(in.n + 1, data_mem);
   if (auto st = dense_reduce_to_root(ri, in, node, alpha, 0); !st.ok()) return st;
   // 2. The leaders run the compressed allreduce (a sum) over the node sums. A leader
   // whose node failed still takes part, carrying the error word to the other leaders.
@@ -290,7 +291,7 @@ status run_hierarchical(communicator& world, const hierarchy& h, const call_layo
     r.note(ri.poison);  // keeps a failure place_state recorded
     // The leaders' stage works on the node sum in its own memory (a copy when the
     // levels' memories differ). Failures from here on travel on, so no rank waits.
-    float* sum = moved ? ws.staged.as<float>(in.n + 1, stage_mem) : node;
+    float* sum = moved ? ws.hierarchy.staged.as<float>(in.n + 1, stage_mem) : node;
     if (moved && !r.failed())
       if (auto st = transfer(data_mem, node, stage_mem, sum, in.n); !st.ok()) r.fail(st);
     if (in.n > 0 && !stage_mem.accessible(sum))
@@ -306,7 +307,7 @@ status run_hierarchical(communicator& world, const hierarchy& h, const call_layo
   // 3. The leader broadcasts its outcome, then the result.
   {
     timer t(times, &phase_times::comm_s);
-    std::byte* at = ws.node_word.reserve(sizeof word, data_mem);
+    std::byte* at = ws.hierarchy.node_word.reserve(sizeof word, data_mem);
     if (auto st = data_mem.upload(at, &word, sizeof word); !st.ok()) return st;
     if (auto st = h.intra->broadcast(at, sizeof word, 0); !st.ok()) return st;
     if (auto st = data_mem.download(&word, at, sizeof word); !st.ok()) return st;
@@ -389,13 +390,13 @@ status allreduce_tensors(communicator& comm, const allreduce_config& cfg, const 
                          std::span<const tensor_view> tensors, allreduce_state& state,
                          workspace& ws, phase_times* times) {
   auto& w = ws.get();
-  auto& slots = w.bucket_slots;
+  auto& slots = w.tensors.slots;
   slots.resize(tensors.size());
   std::vector<const_tensor_view> views(tensors.begin(), tensors.end());
   const std::uint64_t n = plan_bucket(views, slots);
   memory_ops* mem = comm.memory_services();
   if (mem == nullptr) return allreduce(comm, cfg, ctx, {}, {}, state, ws, times);  // its refusal
-  float* flat = w.flat.as<float>(n + 1, *mem);
+  float* flat = w.tensors.flat.as<float>(n + 1, *mem);
   const tensor_view fv{flat, n, dtype::f32, 0};
   // A packing error is local: it goes through the agreement as bad input so no rank hangs.
   status packed = pack_bucket(views, slots, fv, *mem);

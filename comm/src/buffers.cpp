@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
 //! The workspace and its buffers.
-#include "comm/src/buffers.hpp"
+#include "comm/src/workspace.hpp"
 
 #include <algorithm>
 #include <new>
@@ -20,13 +20,14 @@ void workspace::release() noexcept {
 }
 
 std::size_t workspace::impl::bytes() const noexcept {
-  std::size_t b = scratch.size() + accum.size() + prescaled.size() + node.size() + flat.size() +
-                  dense_send.size() + dense_recv.size() + values.size() + words.size() +
-                  node_word.size() + staged.size() + verdicts.size() + host.capacity();
+  std::size_t b = scratch.size() + accum.size() + prescaled.size() + words.size() +
+                  verdicts.size() + host.capacity() + dense.send.size() + dense.recv.size() +
+                  powersgd.values.size() + hierarchy.node.size() + hierarchy.node_word.size() +
+                  hierarchy.staged.size() + tensors.flat.size();
   for (const auto& s : slots)
     b += s.send.size() + s.recv.size() + s.server_send.size() + s.server_recv.size() +
          s.frame.size() + s.headers.size();
-  if (node_side) b += node_side->bytes();
+  if (hierarchy.node_side) b += hierarchy.node_side->bytes();
   return b;
 }
 

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! The strategy layer's memory: a growing buffer in a communicator's memory, the buffers
-//! of one in-flight segment (a slot), and the workspace every call keeps them in.
+//! The strategy layer's memory: a growing buffer in a communicator's memory, and the
+//! buffers of one in-flight segment (a slot). The workspace that keeps them, and each
+//! strategy's own, is workspace.hpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "gradcodec/comm/allreduce.hpp"
@@ -51,6 +51,7 @@ struct slot {
   buffer headers;  // header exchanges of variable-size frames (the communicator's memory)
   std::vector<std::uint64_t> send_sizes, recv_sizes, server_sizes;
   std::vector<std::uint64_t> offsets, lengths;  // where the received frames are
+  std::vector<std::uint64_t> caps;              // each received block's frame capacity
   std::vector<std::uint64_t> announced;         // frame bytes this rank sends per destination
   std::vector<std::uint64_t> frame_bytes;       // variable size: frame bytes of each received block
   std::vector<frame_header> expected;           // device memory: the received frames' headers
@@ -67,38 +68,6 @@ struct device_arrays {
   state_lengths n;
   int device = -1;
   memory_ops::host_copy_fn download = nullptr;
-};
-
-struct workspace::impl {
-  detail::buffer scratch;  // codec workspace (exec_options::workspace)
-  detail::buffer accum;    // f32 accumulator of the chunk or segment being reduced
-  detail::buffer prescaled;
-  detail::buffer node;  // hierarchical: the node's sum, then the result
-  detail::buffer flat;  // allreduce_tensors: the packed bucket
-  detail::buffer dense_send, dense_recv;
-  detail::buffer values;        // powersgd: P and the dense tensors
-  detail::buffer words;         // the agreement's fields (the world's memory)
-  detail::buffer node_word;     // the hierarchy's outcome word (the node's memory)
-  detail::buffer staged;        // a leader's node sum in the inter-node memory, when it differs
-  detail::buffer verdicts;      // device decodes: one frame_verdict per frame
-  std::vector<std::byte> host;  // host copies: block headers, vote frames and result
-  std::vector<detail::slot> slots;
-  std::vector<const_bytes> frames;        // majority vote: the received frames
-  std::vector<tensor_slot> pieces;        // segments of the tensor cover (powersgd)
-  std::vector<powersgd_matrix> matrices;  // powersgd: the P factors to orthogonalise
-  std::vector<tensor_slot> bucket_slots;  // allreduce_tensors
-  std::vector<std::uint64_t> sizes_a, sizes_b, lengths;
-  std::vector<detail::frame_decode> decodes;  // the received frames a stage decodes
-  std::vector<frame_header> decode_headers;   // ... and their headers, on device memory
-
-  //! The buffers of a hierarchy's node level when its memory differs from the leaders'.
-  std::unique_ptr<impl> node_side;
-  impl& node_level() {
-    if (!node_side) node_side = std::make_unique<impl>();
-    return *node_side;
-  }
-
-  [[nodiscard]] std::size_t bytes() const noexcept;
 };
 
 }  // namespace gradcodec::comm

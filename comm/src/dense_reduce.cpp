@@ -10,6 +10,7 @@
 #include "comm/src/dense_reduce.hpp"
 #include "comm/src/run.hpp"
 #include "comm/src/wire_blocks.hpp"
+#include "comm/src/workspace.hpp"
 
 namespace gradcodec::comm::detail {
 
@@ -21,8 +22,8 @@ status scatter_and_sum(run& r, const_tensor_view src, float* acc, range mine, st
                        float alpha_lo, float alpha_hi) {
   const int w = r.comm.size();
   const std::uint64_t vsize = dtype_size(src.type);
-  auto& sizes_out = r.ws.sizes_a;
-  auto& sizes_in = r.ws.sizes_b;
+  auto& sizes_out = r.ws.dense.sizes_out;
+  auto& sizes_in = r.ws.dense.sizes_in;
   sizes_out.assign(static_cast<std::size_t>(w), 0);
   sizes_in.assign(static_cast<std::size_t>(w), 0);
   std::uint64_t total_out = 0;
@@ -33,8 +34,8 @@ status scatter_and_sum(run& r, const_tensor_view src, float* acc, range mine, st
   const std::uint64_t block_in = block_header + mine.len * vsize;
   for (int s = 0; s < w; ++s) sizes_in[static_cast<std::size_t>(s)] = block_in;
   const std::uint64_t total_in = static_cast<std::uint64_t>(w) * block_in;
-  std::byte* out = r.ws.dense_send.reserve(total_out, r.mem);
-  std::byte* in = r.ws.dense_recv.reserve(total_in, r.mem);
+  std::byte* out = r.ws.dense.send.reserve(total_out, r.mem);
+  std::byte* in = r.ws.dense.recv.reserve(total_in, r.mem);
   {
     std::byte* at = out;
     for (int d = 0; d < w; ++d) {
@@ -55,7 +56,7 @@ status scatter_and_sum(run& r, const_tensor_view src, float* acc, range mine, st
     if (auto st = r.comm.alltoallv(out, sizes_out, in, sizes_in); !st.ok()) return st;
   }
   timer t(r.times, &phase_times::reduce_s);
-  auto& offsets = r.ws.sizes_a;  // sizes_out is spent
+  auto& offsets = r.ws.dense.sizes_out;  // sizes_out is spent
   offsets.resize(static_cast<std::size_t>(w));
   for (int s = 0; s < w; ++s)
     offsets[static_cast<std::size_t>(s)] = static_cast<std::uint64_t>(s) * block_in;
@@ -81,7 +82,7 @@ status spread(run& r, const float* acc, range mine, std::uint64_t n, float* dst,
   const int w = r.comm.size();
   const bool to_all = root < 0;
   const bool receiving = to_all || r.comm.rank() == root;
-  auto& sizes_in = r.ws.sizes_b;
+  auto& sizes_in = r.ws.dense.sizes_in;
   sizes_in.assign(static_cast<std::size_t>(w), 0);
   std::uint64_t total_in = 0;
   if (receiving)
@@ -90,8 +91,8 @@ status spread(run& r, const float* acc, range mine, std::uint64_t n, float* dst,
       total_in += sizes_in[static_cast<std::size_t>(s)];
     }
   const std::uint64_t out_bytes = block_header + mine.len * 4;
-  std::byte* out = r.ws.dense_send.reserve(out_bytes, r.mem);
-  std::byte* in = r.ws.dense_recv.reserve(total_in + 1, r.mem);
+  std::byte* out = r.ws.dense.send.reserve(out_bytes, r.mem);
+  std::byte* in = r.ws.dense.recv.reserve(total_in + 1, r.mem);
   if (auto st = put_block(r, out, r.poison, mine.len * 4); !st.ok()) return st;
   if (mine.len > 0)
     if (auto st = r.mem.copy(out + block_header, acc, mine.len * 4); !st.ok()) return st;
@@ -101,22 +102,22 @@ status spread(run& r, const float* acc, range mine, std::uint64_t n, float* dst,
     if (to_all) {
       if (auto st = r.comm.allgatherv(out, out_bytes, in, sizes_in); !st.ok()) return st;
     } else {
-      auto& sizes_out = r.ws.sizes_a;
+      auto& sizes_out = r.ws.dense.sizes_out;
       sizes_out.assign(static_cast<std::size_t>(w), 0);
       sizes_out[static_cast<std::size_t>(root)] = out_bytes;
       if (auto st = r.comm.alltoallv(out, sizes_out, in, sizes_in); !st.ok()) return st;
     }
   }
   if (!receiving) return {};
-  auto& offsets = r.ws.sizes_a;
-  auto& caps = r.ws.sizes_b;  // each block's capacity: its size less the header
+  auto& offsets = r.ws.dense.sizes_out;
+  auto& caps = r.ws.dense.sizes_in;  // each block's capacity: its size less the header
   offsets.assign(static_cast<std::size_t>(w), 0);
   for (int s = 0; s < w; ++s) {
     const auto i = static_cast<std::size_t>(s);
     if (s > 0) offsets[i] = offsets[i - 1] + caps[i - 1] + block_header;
     caps[i] -= block_header;
   }
-  auto& lengths = r.ws.lengths;  // read for their error words only
+  auto& lengths = r.ws.dense.lengths;  // read for their error words only
   if (auto st = read_blocks(r, in, offsets, caps, lengths); !st.ok()) return st;
   if (r.failed()) return {};
   for (int s = 0; s < w; ++s) {

@@ -4,10 +4,18 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "comm/src/run.hpp"
 
 namespace gradcodec::comm::detail {
+
+//! What the dense reduction keeps between calls: the packed blocks it sends and receives,
+//! their sizes, and the lengths read back from the received blocks.
+struct dense_reduce_buffers {
+  buffer send, recv;
+  std::vector<std::uint64_t> sizes_out, sizes_in, lengths;
+};
 
 //! Reduces n f32 values over r.comm in place: a reduce-scatter (alltoallv) into W chunks,
 //! the owner accumulating acc = fma(alpha_i, v_s, acc) from +0.0 over sources s = 0..W-1

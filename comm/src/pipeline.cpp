@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "comm/src/collectives.hpp"
+#include "comm/src/workspace.hpp"
 
 namespace gradcodec::comm::detail {
 

@@ -8,6 +8,7 @@
 
 #include "comm/src/contexts.hpp"
 #include "comm/src/wire_blocks.hpp"
+#include "comm/src/workspace.hpp"
 
 namespace gradcodec::comm::detail {
 

@@ -8,6 +8,7 @@
 
 #include "comm/src/collectives.hpp"
 #include "comm/src/slices.hpp"
+#include "comm/src/workspace.hpp"
 #include "gradcodec/expected_decode.hpp"
 
 namespace gradcodec::comm::detail {

@@ -13,6 +13,7 @@
 #include "comm/src/slices.hpp"
 #include "comm/src/strategies/strategies.hpp"
 #include "comm/src/wire_blocks.hpp"
+#include "comm/src/workspace.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
 #include "gradcodec/vote.hpp"
 
@@ -123,7 +124,7 @@ class allgather_program final : public program {
         return st;
       frames_at = r.ws.host.data() + frames_offset;
     }
-    auto& frames = r.ws.frames;
+    auto& frames = r.ws.vote.frames;
     frames.clear();
     for (std::uint64_t q = 0; q < w; ++q)
       frames.emplace_back(frames_at + s.offsets[q], s.lengths[q]);

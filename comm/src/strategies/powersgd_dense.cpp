@@ -12,6 +12,7 @@
 #include "comm/src/run.hpp"
 #include "comm/src/slices.hpp"
 #include "comm/src/strategies/strategies.hpp"
+#include "comm/src/workspace.hpp"
 #include "gradcodec/powersgd.hpp"
 
 namespace gradcodec::comm::detail {
@@ -58,7 +59,7 @@ status run_powersgd_dense(run& r) {
       dense_total += g.len;
     }
   }
-  float* values = r.ws.values.as<float>(p_total + dense_total + 1, r.mem);
+  float* values = r.ws.powersgd.values.as<float>(p_total + dense_total + 1, r.mem);
   float* q = r.q;
   float* residual = r.worker_residual;
   const exec_options opt = r.exec({});
@@ -109,7 +110,7 @@ status run_powersgd_dense(run& r) {
     // Q = M^T orth(P): every P orthogonalised in one batch (one launch on a GPU for up to
     // 64 layers), then the products; the same bits as powersgd_compute_q per tensor.
     timer t(r.times, &phase_times::encode_s);
-    auto& batch = r.ws.matrices;
+    auto& batch = r.ws.powersgd.matrices;
     batch.clear();
     for_each([&](std::uint64_t, const segment&, const factor& f, std::uint64_t p_at, std::uint64_t,
                  std::uint64_t) {

@@ -12,6 +12,7 @@
 #include "comm/src/slices.hpp"
 #include "comm/src/strategies/strategies.hpp"
 #include "comm/src/wire_blocks.hpp"
+#include "comm/src/workspace.hpp"
 #include "gradcodec/blocks/layout.hpp"
 
 namespace gradcodec::comm::detail {
@@ -131,7 +132,7 @@ class randomk_program final : public program {
     const std::uint64_t k = sparse_count(r.cfg.spec, g.len), vs = vsize(r);
     std::byte* frame = s.frame.data();
     s.offsets.assign(w, 0);
-    auto& caps = r.ws.sizes_a;
+    auto& caps = s.caps;
     caps.assign(w, 0);
     for (std::size_t c = 0; c < w; ++c) {
       if (c > 0) s.offsets[c] = s.offsets[c - 1] + s.server_sizes[c - 1];

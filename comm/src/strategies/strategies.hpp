@@ -5,11 +5,26 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "comm/src/run.hpp"
 #include "gradcodec/comm/allreduce.hpp"
+#include "gradcodec/powersgd.hpp"
 
 namespace gradcodec::comm::detail {
+
+//! What the majority vote keeps between calls: the received sign frames.
+struct vote_buffers {
+  std::vector<const_bytes> frames;
+};
+
+//! What the dense PowerSGD strategy keeps between calls: its segments (one per tensor slot
+//! and per gap between slots), P and the dense tensors, and the P factors to orthogonalize.
+struct powersgd_dense_buffers {
+  std::vector<tensor_slot> pieces;
+  buffer values;
+  std::vector<powersgd_matrix> matrices;
+};
 
 status run_allgather(run& r);
 status run_two_phase(run& r);  // also the dense strategy of fp16/bf16

@@ -15,6 +15,7 @@
 #include "comm/src/slices.hpp"
 #include "comm/src/strategies/strategies.hpp"
 #include "comm/src/wire_blocks.hpp"
+#include "comm/src/workspace.hpp"
 #include "gradcodec/blocks/codec_traits.hpp"
 
 namespace gradcodec::comm::detail {
@@ -76,7 +77,7 @@ class two_phase_program final : public program {
                        slot& s) {
     const std::size_t w = sizes.size();
     s.offsets.assign(w, 0);
-    auto& caps = r.ws.sizes_a;
+    auto& caps = s.caps;
     caps.assign(w, 0);
     for (std::size_t q = 0; q < w; ++q) {
       if (q > 0) s.offsets[q] = s.offsets[q - 1] + sizes[q - 1];
@@ -221,7 +222,7 @@ class two_phase_program final : public program {
       return r.comm.iallgatherv(send, block_header + padded(scap), recv, s.server_sizes, s.req);
     }
     // Variable size: the headers go first, then exactly the frames (each chunk's capacity).
-    auto& caps = r.ws.sizes_a;
+    auto& caps = s.caps;
     caps.assign(w, 0);
     for (std::size_t c = 0; c < w; ++c) caps[c] = s.server_sizes[c] - block_header;
     return post_variable_allgather(r, s, send, bytes, caps, s.server_recv, s.server_sizes);
