@@ -118,6 +118,27 @@ status decode_frames(run& r, std::span<const frame_decode> jobs,
   return {};
 }
 
+namespace {
+
+//! The variable-size exchanges' middle step: the W block headers at `headers` read into
+//! s.frame_bytes (capacities `caps`), and the padded frames they announce into `sizes`, with
+//! a receive buffer `recv` for all of them.
+status size_the_frames(run& r, slot& s, const std::byte* headers,
+                       std::span<const std::uint64_t> caps, buffer& recv,
+                       std::vector<std::uint64_t>& sizes, std::byte*& into, std::uint64_t& total) {
+  const auto w = static_cast<std::size_t>(r.world);
+  s.offsets.resize(w);
+  for (std::size_t q = 0; q < w; ++q) s.offsets[q] = q * block_header;
+  if (auto st = read_blocks(r, headers, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
+  sizes.resize(w);
+  total = 0;
+  for (std::size_t q = 0; q < w; ++q) total += sizes[q] = padded(s.frame_bytes[q]);
+  into = recv.reserve(total + 1, r.mem);
+  return {};
+}
+
+}  // namespace
+
 status post_variable_allgather(run& r, slot& s, const std::byte* send, std::uint64_t bytes,
                                std::span<const std::uint64_t> caps, buffer& recv,
                                std::vector<std::uint64_t>& sizes) {
@@ -128,16 +149,55 @@ status post_variable_allgather(run& r, slot& s, const std::byte* send, std::uint
     count_traffic(r, block_header, w * block_header);
     if (auto st = r.comm.allgather(send, block_header, headers); !st.ok()) return st;
   }
-  s.offsets.resize(w);
-  for (std::size_t q = 0; q < w; ++q) s.offsets[q] = q * block_header;
-  if (auto st = read_blocks(r, headers, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
-  sizes.resize(w);
+  std::byte* into = nullptr;
   std::uint64_t total = 0;
-  for (std::size_t q = 0; q < w; ++q) total += sizes[q] = padded(s.frame_bytes[q]);
-  std::byte* into = recv.reserve(total + 1, r.mem);
+  if (auto st = size_the_frames(r, s, headers, caps, recv, sizes, into, total); !st.ok()) return st;
   count_traffic(r, padded(bytes), total);
   timer t(r.times, &phase_times::comm_s);
   return r.comm.iallgatherv(send + block_header, padded(bytes), into, sizes, s.req);
+}
+
+status post_variable_alltoall(run& r, slot& s, const std::byte* send,
+                              std::vector<std::uint64_t>& send_sizes,
+                              std::span<const std::uint64_t> announced, std::uint64_t cap,
+                              buffer& recv, std::vector<std::uint64_t>& recv_sizes) {
+  const auto w = static_cast<std::size_t>(r.world);
+  // The headers: W out, then W in, in s.headers.
+  std::byte* headers = s.headers.reserve(2 * w * block_header, r.mem);
+  std::uint64_t at = 0;
+  for (std::size_t d = 0; d < w; ++d) {
+    if (auto st = r.mem.copy(headers + d * block_header, send + at, block_header); !st.ok())
+      return st;
+    at += send_sizes[d];
+  }
+  s.lengths.assign(w, block_header);
+  std::byte* headers_in = headers + w * block_header;
+  {
+    timer t(r.times, &phase_times::comm_s);
+    count_traffic(r, w * block_header, w * block_header);
+    if (auto st = r.comm.alltoallv(headers, s.lengths, headers_in, s.lengths); !st.ok()) return st;
+  }
+  std::byte* into = nullptr;
+  std::uint64_t in_total = 0;
+  const std::uint64_t caps[] = {cap};
+  if (auto st = size_the_frames(r, s, headers_in, caps, recv, recv_sizes, into, in_total); !st.ok())
+    return st;
+  // The frames, packed back to back (each padded) in s.frame.
+  std::uint64_t out_total = 0;
+  for (std::size_t d = 0; d < w; ++d) out_total += padded(announced[d]);
+  std::byte* frames = s.frame.reserve(out_total + 1, r.mem);
+  std::uint64_t from = 0, to = 0;
+  for (std::size_t d = 0; d < w; ++d) {
+    if (announced[d] > 0)
+      if (auto st = r.mem.copy(frames + to, send + from + block_header, announced[d]); !st.ok())
+        return st;
+    from += send_sizes[d];
+    send_sizes[d] = padded(announced[d]);
+    to += send_sizes[d];
+  }
+  count_traffic(r, out_total, in_total);
+  timer t(r.times, &phase_times::comm_s);
+  return r.comm.ialltoallv(frames, send_sizes, into, recv_sizes, s.req);
 }
 
 }  // namespace gradcodec::comm::detail

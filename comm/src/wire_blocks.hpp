@@ -54,6 +54,18 @@ status post_variable_allgather(run& r, slot& s, const std::byte* send, std::uint
                                std::span<const std::uint64_t> caps, buffer& recv,
                                std::vector<std::uint64_t>& sizes);
 
+//! Posts the all-to-all of variable-size frames (docs/comm.md), the reduce-scatter form of
+//! the same exchange: the W block headers this rank sends (destination d's at `send` plus
+//! the sizes of the blocks before it, `send_sizes`) first, by one blocking alltoallv into
+//! s.headers, read into s.frame_bytes with the capacity `cap`; then exactly each
+//! destination's padded frame (its `announced` bytes), packed back to back in s.frame, by
+//! an ialltoallv on s.req into `recv`, the padded lengths in `recv_sizes`. send_sizes
+//! becomes the padded frames sent.
+status post_variable_alltoall(run& r, slot& s, const std::byte* send,
+                              std::vector<std::uint64_t>& send_sizes,
+                              std::span<const std::uint64_t> announced, std::uint64_t cap,
+                              buffer& recv, std::vector<std::uint64_t>& recv_sizes);
+
 //! Runs the decodes in order, recording the first failing frame's failure on the run.
 //! With `headers` (one per decode, from read_blocks on device memory) each frame is
 //! decoded against its header (decode_expected) without a wait, and the verdicts come

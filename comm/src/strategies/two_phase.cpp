@@ -133,46 +133,9 @@ class two_phase_program final : public program {
       timer t(r.times, &phase_times::comm_s);
       return r.comm.ialltoallv(send, s.send_sizes, recv, s.recv_sizes, s.req);
     }
-    // Variable size: the headers first (gathered in s.headers: W out, then W in), then
-    // the frames packed back to back (each padded) in s.frame.
-    std::byte* headers = s.headers.reserve(2 * w * block_header, r.mem);
-    std::uint64_t at = 0;
-    for (std::size_t d = 0; d < w; ++d) {
-      if (auto st = r.mem.copy(headers + d * block_header, send + at, block_header); !st.ok())
-        return st;
-      at += s.send_sizes[d];
-    }
-    s.lengths.assign(w, block_header);
-    std::byte* headers_in = headers + w * block_header;
-    {
-      timer t(r.times, &phase_times::comm_s);
-      count_traffic(r, w * block_header, w * block_header);
-      if (auto st = r.comm.alltoallv(headers, s.lengths, headers_in, s.lengths); !st.ok())
-        return st;
-    }
-    s.offsets.resize(w);
-    for (std::size_t q = 0; q < w; ++q) s.offsets[q] = q * block_header;
-    const std::uint64_t caps[] = {rcap};
-    if (auto st = read_blocks(r, headers_in, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
-    std::uint64_t in_total = 0, out_total = 0;
-    for (std::size_t q = 0; q < w; ++q) {
-      in_total += s.recv_sizes[q] = padded(s.frame_bytes[q]);
-      out_total += padded(s.announced[q]);
-    }
-    std::byte* frames = s.frame.reserve(out_total + 1, r.mem);
-    std::uint64_t from = 0, to = 0;
-    for (std::size_t d = 0; d < w; ++d) {
-      if (s.announced[d] > 0)
-        if (auto st = r.mem.copy(frames + to, send + from + block_header, s.announced[d]); !st.ok())
-          return st;
-      from += s.send_sizes[d];
-      s.send_sizes[d] = padded(s.announced[d]);
-      to += s.send_sizes[d];
-    }
-    std::byte* recv = s.recv.reserve(in_total + 1, r.mem);
-    count_traffic(r, out_total, in_total);
-    timer t(r.times, &phase_times::comm_s);
-    return r.comm.ialltoallv(frames, s.send_sizes, recv, s.recv_sizes, s.req);
+    // Variable size: the headers first, then exactly the frames.
+    return post_variable_alltoall(r, s, send, s.send_sizes, s.announced, rcap, s.recv,
+                                  s.recv_sizes);
   }
 
   status reduce(run& r, std::uint64_t i, slot& s) {
