@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! The buffer services of host memory: the loops the strategies ran before device memory
-//! had its own (the CUDA ones in cuda_memory.cu compute the same bits).
+//! memory.hpp's host buffer services (host_memory()): the loops the strategies ran before
+//! device memory had its own (the CUDA ones in cuda_memory.cu compute the same bits).
 #include <cstring>
 #include <new>
 
