@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // The selecting codecs on the CPU backend, the sparse family and random-k (docs/performance.md,
-// "CPU backend (measured)"): exact top-k, DGC, threshold and random-k encode, fused error feedback, decode and decode-accumulate,
-// against a memcpy and a read pass of the same tensor and two top-k baselines
-// (std::nth_element over |x|, and a binary min-heap like BytePS's). One thread; n = 2^26
-// f32 (GRADCODEC_BENCH_N overrides). Bytes/s follow the bytes model of performance.md.
+// "CPU backend (measured)"): exact top-k, DGC, threshold and random-k encode, fused error
+// feedback, decode and decode-accumulate, against a memcpy and a read pass of the same tensor
+// and two top-k baselines (std::nth_element over |x|, and a binary min-heap like BytePS's).
+// One thread; n = 2^26 f32 (GRADCODEC_BENCH_N overrides). Bytes/s follow the bytes model of
+// performance.md.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
