@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iostream>
 #include <span>
 #include <string>
 

@@ -4,6 +4,7 @@
 //! baselines: the steady clock, and buffers placed as PyTorch's CPU allocator places tensors.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
