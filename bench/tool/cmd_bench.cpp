@@ -6,16 +6,8 @@
 //! harness on a GPU (bench_cuda.cpp), --allreduce times collectives (cmd_bench_allreduce.cpp).
 #include <algorithm>
 #include <array>
-#include <chrono>
-#include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <functional>
 #include <iostream>
-#include <new>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -25,7 +17,6 @@
 #include "bench_cuda.hpp"
 #endif
 #include "bench_common.hpp"
-#include "bench_model.hpp"
 #include "bench_report.hpp"
 #include "codec_calls.hpp"
 #include "codec_measure.hpp"
