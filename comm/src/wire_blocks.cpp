@@ -121,20 +121,19 @@ status decode_frames(run& r, std::span<const frame_decode> jobs,
 namespace {
 
 //! The variable-size exchanges' middle step: the W block headers at `headers` read into
-//! s.frame_bytes (capacities `caps`), and the padded frames they announce into `sizes`, with
-//! a receive buffer `recv` for all of them.
-status size_the_frames(run& r, slot& s, const std::byte* headers,
-                       std::span<const std::uint64_t> caps, buffer& recv,
-                       std::vector<std::uint64_t>& sizes, std::byte*& into, std::uint64_t& total) {
+//! s.frame_bytes (capacities `caps`), and the padded frames they announce into `sizes`;
+//! returns their total.
+result<std::uint64_t> size_the_frames(run& r, slot& s, const std::byte* headers,
+                                      std::span<const std::uint64_t> caps,
+                                      std::vector<std::uint64_t>& sizes) {
   const auto w = static_cast<std::size_t>(r.world);
   s.offsets.resize(w);
   for (std::size_t q = 0; q < w; ++q) s.offsets[q] = q * block_header;
   if (auto st = read_blocks(r, headers, s.offsets, caps, s.frame_bytes); !st.ok()) return st;
   sizes.resize(w);
-  total = 0;
+  std::uint64_t total = 0;
   for (std::size_t q = 0; q < w; ++q) total += sizes[q] = padded(s.frame_bytes[q]);
-  into = recv.reserve(total + 1, r.mem);
-  return {};
+  return total;
 }
 
 }  // namespace
@@ -149,10 +148,10 @@ status post_variable_allgather(run& r, slot& s, const std::byte* send, std::uint
     count_traffic(r, block_header, w * block_header);
     if (auto st = r.comm.allgather(send, block_header, headers); !st.ok()) return st;
   }
-  std::byte* into = nullptr;
-  std::uint64_t total = 0;
-  if (auto st = size_the_frames(r, s, headers, caps, recv, sizes, into, total); !st.ok()) return st;
-  count_traffic(r, padded(bytes), total);
+  const auto total = size_the_frames(r, s, headers, caps, sizes);
+  if (!total) return total.error();
+  std::byte* into = recv.reserve(total.value() + 1, r.mem);
+  count_traffic(r, padded(bytes), total.value());
   timer t(r.times, &phase_times::comm_s);
   return r.comm.iallgatherv(send + block_header, padded(bytes), into, sizes, s.req);
 }
@@ -177,11 +176,10 @@ status post_variable_alltoall(run& r, slot& s, const std::byte* send,
     count_traffic(r, w * block_header, w * block_header);
     if (auto st = r.comm.alltoallv(headers, s.lengths, headers_in, s.lengths); !st.ok()) return st;
   }
-  std::byte* into = nullptr;
-  std::uint64_t in_total = 0;
   const std::uint64_t caps[] = {cap};
-  if (auto st = size_the_frames(r, s, headers_in, caps, recv, recv_sizes, into, in_total); !st.ok())
-    return st;
+  const auto in_total = size_the_frames(r, s, headers_in, caps, recv_sizes);
+  if (!in_total) return in_total.error();
+  std::byte* into = recv.reserve(in_total.value() + 1, r.mem);
   // The frames, packed back to back (each padded) in s.frame.
   std::uint64_t out_total = 0;
   for (std::size_t d = 0; d < w; ++d) out_total += padded(announced[d]);
@@ -195,7 +193,7 @@ status post_variable_alltoall(run& r, slot& s, const std::byte* send,
     send_sizes[d] = padded(announced[d]);
     to += send_sizes[d];
   }
-  count_traffic(r, out_total, in_total);
+  count_traffic(r, out_total, in_total.value());
   timer t(r.times, &phase_times::comm_s);
   return r.comm.ialltoallv(frames, send_sizes, into, recv_sizes, s.req);
 }

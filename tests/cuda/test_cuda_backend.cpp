@@ -8,14 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cfloat>
-#include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <limits>
-#include <map>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "codec_check.hpp"
