@@ -3,7 +3,7 @@
 
 For each pair of a `gradcodec bench --allreduce --json` result and the `gradcodec
 calibrate` profile measured on the same ranks and link, runs `gradcodec plan --json` for
-the bench's size, rank count, segment length and codecs, and prints predicted against
+the bench's size, rank count, segment length, codecs and PowerSGD tensor layout, and prints predicted against
 measured time for every measured configuration, the planner's choice against the measured
 best and against dense bf16, and the summary the targets ask for:
 
@@ -24,7 +24,8 @@ import sys
 
 def plan(tool, profile, n, ranks, segment, codecs, margin):
     cmd = [tool, "plan", "--json", "--profile", profile, "--size", str(n), "--ranks", str(ranks),
-           "--segments", str(segment), "--margin", str(margin), "--codecs", ",".join(codecs)]
+           "--segments", str(segment), "--margin", str(margin), "--codecs", ",".join(codecs),
+           "--tensors", "model"]  # the bench factorises PowerSGD over its model layout
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 

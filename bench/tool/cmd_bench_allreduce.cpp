@@ -29,6 +29,7 @@
 #include "gradcodec/blocks/float16.hpp"
 #include "gradcodec/comm/allreduce.hpp"
 #include "gradcodec/comm/mpi.hpp"
+#include "model_layout.hpp"
 #include "mpi_session.hpp"
 #include "recording_communicator.hpp"
 #include "text.hpp"
@@ -123,41 +124,6 @@ options parse_options(const parsed_args& args) {
   }
   o.json = args.get("json");
   return o;
-}
-
-//! The tensors PowerSGD factorises: a model-shaped layout of n elements. d = the largest
-//! power of two in [16, 1024] with 16 d^2 <= n; L = max(1, floor(0.75 n / 12 d^2))
-//! transformer blocks of 3d x d (qkv), d x d (projection), 4d x d and d x 4d (MLP); an
-//! embedding of floor((n - 12 d^2 L) / d) rows x d in front; the rest (< d elements) a
-//! vector. Below 4096 elements: one near-square matrix.
-std::vector<comm::tensor_slot> model_layout(std::uint64_t n) {
-  std::vector<comm::tensor_slot> slots;
-  std::uint64_t d = 0;
-  for (std::uint64_t c = 16; c <= 1024; c *= 2)
-    if (16 * c * c <= n) d = c;
-  if (d == 0) {
-    auto r = static_cast<std::uint64_t>(std::sqrt(static_cast<double>(n)));
-    while (r > 1 && n % r != 0) --r;
-    slots.push_back({0, n, std::max<std::uint64_t>(r, 1)});
-    return slots;
-  }
-  const std::uint64_t block = 12 * d * d;
-  const std::uint64_t layers = std::max<std::uint64_t>(1, (3 * n / 4) / block);
-  const std::uint64_t embedding_rows = (n - layers * block) / d;
-  std::uint64_t at = 0;
-  const auto add = [&](std::uint64_t rows, std::uint64_t cols) {
-    slots.push_back({at, rows * cols, rows});
-    at += rows * cols;
-  };
-  if (embedding_rows > 0) add(embedding_rows, d);
-  for (std::uint64_t l = 0; l < layers; ++l) {
-    add(3 * d, d);
-    add(d, d);
-    add(4 * d, d);
-    add(d, 4 * d);
-  }
-  if (at < n) slots.push_back({at, n - at, 0});
-  return slots;
 }
 
 //! 4n / the frame bytes of the whole gradient (PowerSGD: the sum over its tensors).

@@ -16,6 +16,7 @@
 #include "error.hpp"
 #include "gradcodec/comm/calibrate.hpp"
 #include "gradcodec/comm/plan.hpp"
+#include "model_layout.hpp"
 #include "text.hpp"
 
 namespace gradcodec::tool {
@@ -47,6 +48,10 @@ constexpr std::array plan_options{
                 "bf16 are always candidates",
                 false, true},
     option_spec{"segments", "LIST", "segment lengths to try (default 0,2^18,2^20,2^22; 0 = one)"},
+    option_spec{"tensors", "LIST",
+                "the bucket's matrices PowerSGD factorises, back to back from element 0: "
+                "ROWSxCOLS,... (the rest a vector), or 'model' (the layout of gradcodec bench "
+                "--allreduce); default: the bucket as one near-square matrix"},
     option_spec{"margin", "X",
                 "how much faster a codec must be predicted than dense (default 0.05)"},
     option_spec{"core-share", "X",
@@ -93,6 +98,24 @@ double parse_rate(const std::string& what, const std::string& text) {
 
 double parse_latency(const std::string& what, const std::string& text) {
   return parse_quantity(what, text, {{"us", 1e-6}, {"ms", 1e-3}, {"s", 1}});
+}
+
+//! --tensors: 'model', or ROWSxCOLS,... placed back to back from element 0.
+std::vector<comm::tensor_slot> parse_tensors(const std::string& text, std::uint64_t n) {
+  if (text == "model") return model_layout(n);
+  std::vector<comm::tensor_slot> out;
+  std::uint64_t at = 0;
+  for (const std::string& item : split_list("--tensors", text)) {
+    const std::size_t x = item.find('x');
+    if (x == std::string::npos) usage_fail("--tensors: '" + item + "' is not ROWSxCOLS");
+    const std::uint64_t rows = parse_size(item.substr(0, x), "--tensors");
+    const std::uint64_t cols = parse_size(item.substr(x + 1), "--tensors");
+    if (rows == 0 || cols == 0) usage_fail("--tensors: '" + item + "' has a zero side");
+    out.push_back({at, rows * cols, rows});
+    at += rows * cols;
+  }
+  if (at > n) usage_fail("--tensors: the matrices hold more than --size elements");
+  return out;
 }
 
 comm::cost_profile profile_from_args(const parsed_args& args,
@@ -228,6 +251,7 @@ int run_plan(const parsed_args& args) {
     for (const std::string& s : split_list("--segments", *segs))
       req.segments.push_back(s == "0" ? 0 : parse_size(s, "--segments"));
   }
+  if (auto t = args.get("tensors")) req.tensors = parse_tensors(*t, req.elements);
   if (args.has("ranks-per-node")) {
     const std::uint64_t per_node = args.get_u64("ranks-per-node", 1);
     if (per_node < 1 || ranks % per_node != 0)

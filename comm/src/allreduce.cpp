@@ -48,21 +48,7 @@ void configure(run& r, bool average) {
   if (id == codec_id::powersgd && !r.cfg.uncompressed) {
     // One segment per tensor slot, and one per gap between slots (sent as vectors).
     auto& pieces = r.ws.powersgd.pieces;
-    pieces.clear();
-    std::uint64_t at = 0;
-    auto add = [&](std::uint64_t off, std::uint64_t len, std::uint64_t rows) {
-      if (len > 0) pieces.push_back({off, len, rows});
-    };
-    if (r.cfg.tensors.empty()) {
-      add(0, n, r.in.rows);
-      at = n;
-    }
-    for (const tensor_slot& s : r.cfg.tensors) {
-      add(at, s.offset - at, 0);
-      add(s.offset, s.n, s.rows);
-      at = s.offset + s.n;
-    }
-    add(at, n - at, 0);
+    powersgd_pieces(n, r.in.rows, r.cfg.tensors, pieces);
     r.pieces = pieces;
     r.segments = pieces.size();
     r.unit = 1;

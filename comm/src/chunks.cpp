@@ -23,4 +23,23 @@ std::uint64_t unit_of(const codec_spec& spec) noexcept {
   return blocks::traits_of(spec.id).bucketed ? spec.bucket : 1;
 }
 
+void powersgd_pieces(std::uint64_t n, std::uint64_t whole_rows,
+                     std::span<const tensor_slot> tensors, std::vector<tensor_slot>& out) {
+  out.clear();
+  const auto add = [&](std::uint64_t offset, std::uint64_t len, std::uint64_t rows) {
+    if (len > 0) out.push_back({offset, len, rows});
+  };
+  if (tensors.empty()) {
+    add(0, n, whole_rows);
+    return;
+  }
+  std::uint64_t at = 0;
+  for (const tensor_slot& s : tensors) {
+    add(at, s.offset - at, 0);
+    add(s.offset, s.n, s.rows);
+    at = s.offset + s.n;
+  }
+  add(at, n - at, 0);
+}
+
 }  // namespace gradcodec::comm::detail

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
+#include "gradcodec/comm/bucket.hpp"
 #include "gradcodec/spec.hpp"
 
 namespace gradcodec::comm::detail {
@@ -26,5 +29,11 @@ std::uint64_t unit_of(const codec_spec& spec) noexcept;
 struct segment {
   std::uint64_t offset = 0, len = 0, rows = 0;
 };
+
+//! PowerSGD's segments of n elements: one per tensor slot and one per gap between slots
+//! (a vector, rows = 0), in buffer order; without slots, the whole buffer as a
+//! whole_rows x (n / whole_rows) matrix. Empty pieces are left out.
+void powersgd_pieces(std::uint64_t n, std::uint64_t whole_rows,
+                     std::span<const tensor_slot> tensors, std::vector<tensor_slot>& out);
 
 }  // namespace gradcodec::comm::detail

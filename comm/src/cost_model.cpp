@@ -126,16 +126,16 @@ struct segment_model {
   const compute_profile& cp;
   int w;
 
-  [[nodiscard]] std::uint64_t frame_bytes(std::uint64_t m) const {
+  //! rows: PowerSGD's matrix rows (0: a vector); the other codecs ignore it.
+  [[nodiscard]] std::uint64_t frame_bytes(std::uint64_t m, std::uint64_t rows) const {
     if (m == 0) return 0;
     if (costs != nullptr && costs->frame_bytes_per_element > 0)
       return static_cast<std::uint64_t>(
           std::ceil(costs->frame_bytes_per_element * static_cast<double>(m)));
-    const std::uint64_t rows = c.spec.id == codec_id::powersgd ? powersgd_square_rows(m) : 0;
-    return encode_bound(c.spec, m, dtype::f32, rows);
+    return encode_bound(c.spec, m, dtype::f32, c.spec.id == codec_id::powersgd ? rows : 0);
   }
-  [[nodiscard]] std::uint64_t block(std::uint64_t m) const {
-    return block_header + padded(frame_bytes(m));
+  [[nodiscard]] std::uint64_t block(std::uint64_t m, std::uint64_t rows) const {
+    return block_header + padded(frame_bytes(m, rows));
   }
   [[nodiscard]] std::uint64_t peers() const { return static_cast<std::uint64_t>(w - 1); }
   //! Threshold frames announce their sizes in a header exchange first.
@@ -174,7 +174,7 @@ struct segment_model {
     p.send(kind::allgather, x.gather);
   }
 
-  [[nodiscard]] program run(std::uint64_t m) const {
+  [[nodiscard]] program run(std::uint64_t m, std::uint64_t rows = 0) const {
     program p;
     const double W = w;
     if (c.uncompressed) {
@@ -187,7 +187,7 @@ struct segment_model {
       case strategy::majority_vote:
         p.work(worker_encode(m));
         announce(p);
-        p.send(kind::allgather, peers() * block(m));
+        p.send(kind::allgather, peers() * block(m, rows));
         p.work(W * at(costs->decode_accumulate, m) + at(cp.copy, m));
         break;
       case strategy::two_phase:
@@ -212,7 +212,7 @@ struct segment_model {
         });
         // The casts first divide the input by W into an f32 scratch.
         if (c.how == strategy::dense) encodes += at(cp.copy, m);
-        const auto framed = [&](std::uint64_t len) { return block(len); };
+        const auto framed = [&](std::uint64_t len) { return block(len, 0); };
         const exchange x = scatter_gather(w, m, unit, framed, framed);
         p.work(encodes);
         announce(p);
@@ -228,23 +228,33 @@ struct segment_model {
     return p;
   }
 
-  //! PowerSGD's dense strategy on one near-square matrix: P = MQ, its reduction, Q = MᵀP,
-  //! its reduction (the two halves of the codec's encode), then the orthogonalisation and
-  //! the product (its decode); sent dense when PowerSGD would not compress.
-  [[nodiscard]] program powersgd_dense(std::uint64_t n) const {
+  //! PowerSGD's dense strategy (comm/src/strategies/powersgd_dense.cpp) on its pieces:
+  //! P = MQ of every factorised piece (the first half of the codec's encode), one
+  //! reduction of every P with the other pieces' values, Q = MᵀP (the second half), one
+  //! reduction of every Q, then the orthogonalisation and the product (its decode).
+  [[nodiscard]] program powersgd_dense(std::span<const tensor_slot> pieces) const {
     program p;
-    const std::uint64_t rows = powersgd_square_rows(n), cols = n / rows;
-    if (!powersgd_compresses(c.spec, rows, cols)) {
-      dense_reduction(p, n);
-      p.work(at(cp.copy, n));
-      return p;
+    double half = 0, finish = 0;
+    std::uint64_t p_total = 0, q_total = 0;
+    for (const tensor_slot& t : pieces) {
+      const std::uint64_t cols = t.rows == 0 ? 0 : t.n / t.rows;
+      if (t.rows == 0 || !powersgd_compresses(c.spec, t.rows, cols)) {
+        half += at(cp.copy, t.n) / 2;  // into the reduction's values, and back
+        finish += at(cp.copy, t.n);
+        p_total += t.n;
+        continue;
+      }
+      const std::uint32_t r = powersgd_rank(c.spec, t.rows, cols);
+      half += worker_encode(t.n) / 2;
+      finish += at(costs->decode, t.n);
+      p_total += t.rows * r;
+      q_total += cols * r;
     }
-    const double half = worker_encode(n) / 2;
     p.work(half);
-    dense_reduction(p, rows * c.spec.rank);
+    dense_reduction(p, p_total);
     p.work(half);
-    dense_reduction(p, cols * c.spec.rank);
-    p.work(at(costs->decode, n));
+    dense_reduction(p, q_total);
+    p.work(finish);
     return p;
   }
 };
@@ -269,8 +279,9 @@ double ring_allreduce_seconds(const link_profile& l, int ranks, std::uint64_t by
   return rounds(l.allreduce, 2 * peers, 2 * peers / ranks * static_cast<double>(bytes));
 }
 
-result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const cost_profile& p) {
-  auto out = predict_uncorrected(c, n, ranks, p);
+result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const cost_profile& p,
+                           std::span<const tensor_slot> tensors) {
+  auto out = predict_uncorrected(c, n, ranks, p, tensors);
   if (!out.ok() || c.uncompressed) return out;
   // A configuration that cannot pipeline (one segment, PowerSGD) runs as the sequential one.
   const bool pipelined = c.pipeline && c.spec.id != codec_id::powersgd && c.segment_elements != 0 &&
@@ -287,7 +298,8 @@ result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const
 }
 
 result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, node_layout layout,
-                                        const cost_profile& p) {
+                                        const cost_profile& p,
+                                        std::span<const tensor_slot> tensors) {
   if (!p.intra)
     return status{status_code::invalid_argument,
                   "cost model: a hierarchical call needs the profile's intra-node link"};
@@ -295,7 +307,7 @@ result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, nod
     return status{status_code::invalid_argument,
                   "cost model: a layout needs at least one node of at least one rank"};
   // The leaders' call among themselves, its configuration check replaced by the world's.
-  auto leaders = predict(c, n, layout.nodes, p);
+  auto leaders = predict(c, n, layout.nodes, p, tensors);
   if (!leaders.ok()) return leaders;
   prediction out = leaders.value();
   out.transfer_s += ring_allreduce_seconds(p.link, layout.nodes * layout.per_node, 64) -
@@ -327,8 +339,10 @@ result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, nod
 }
 
 result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int ranks,
-                                       const cost_profile& p) {
+                                       const cost_profile& p,
+                                       std::span<const tensor_slot> tensors) {
   if (ranks < 1) return status{status_code::invalid_argument, "cost model: ranks must be >= 1"};
+  if (status st = check_slots(tensors, n); !st.ok()) return st;
   const codec_costs* costs = nullptr;
   if (!c.uncompressed) {
     if (c.how == strategy::automatic)
@@ -350,8 +364,15 @@ result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int 
   }
   const segment_model model{c, costs, p.compute, ranks};
   timeline t{p.link, ranks};
-  if (!c.uncompressed && c.how == strategy::dense && c.spec.id == codec_id::powersgd) {
-    t.run(model.powersgd_dense(n));
+  if (!c.uncompressed && c.spec.id == codec_id::powersgd) {
+    // Its segments are its pieces, never pipelined; the dense strategy runs them together.
+    std::vector<tensor_slot> pieces;
+    detail::powersgd_pieces(n, powersgd_square_rows(n), tensors, pieces);
+    if (c.how == strategy::dense) {
+      t.run(model.powersgd_dense(pieces));
+    } else {
+      for (const tensor_slot& piece : pieces) t.run(model.run(piece.n, piece.rows));
+    }
     out.compute_s = t.compute;
     out.transfer_s += t.transfer;
     out.wire_bytes = t.wire;
@@ -360,9 +381,7 @@ result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int 
     return out;
   }
 
-  // PowerSGD's segments are its tensors, whatever segment_elements says.
-  const bool one_segment =
-      c.segment_elements == 0 || (!c.uncompressed && c.spec.id == codec_id::powersgd);
+  const bool one_segment = c.segment_elements == 0;
   const std::uint64_t unit = c.uncompressed ? 1 : unit_of(c.spec);
   const std::uint64_t seg =
       one_segment ? n : std::min(n, (c.segment_elements + unit - 1) / unit * unit);

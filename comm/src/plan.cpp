@@ -110,8 +110,8 @@ result<plan_result> plan(const plan_request& req, const cost_profile& profile) {
   plan_result out;
   out.rows.reserve(all.size());
   for (const candidate& c : all) {
-    auto p = req.nodes ? predict_hierarchical(c, req.elements, *req.nodes, profile)
-                       : predict(c, req.elements, req.ranks, profile);
+    auto p = req.nodes ? predict_hierarchical(c, req.elements, *req.nodes, profile, req.tensors)
+                       : predict(c, req.elements, req.ranks, profile, req.tensors);
     if (!p.ok()) return p.error();
     // A profile with absurd numbers can overflow a prediction: it sorts last, never
     // breaks the order.

@@ -143,6 +143,56 @@ TEST(CostModel, WireBytesAndCollectivesMatchTheStrategies) {
   }
 }
 
+// PowerSGD over tensor slots (the DDP hook's and the bench's layouts): the model's bytes
+// and collectives are the strategy's, with gaps sent as vectors and a matrix too small to
+// factorise sent dense.
+TEST(CostModel, PowerSgdTensorsMatchTheStrategies) {
+  const gc::codec_spec psgd = spec("powersgd:rank=2");
+  const gcc::cost_profile profile = hand_profile({psgd, spec("bf16")}, 1e9);
+  // 8 gap | 64 x 48 | 4 x 4 (not factorised) | 40 gap | 96 x 32 | 20 tail
+  const std::vector<gcc::tensor_slot> tensors = {
+      {8, 64 * 48, 64}, {8 + 64 * 48, 16, 4}, {8 + 64 * 48 + 16 + 40, 96 * 32, 96}};
+  const std::uint64_t n = tensors.back().offset + tensors.back().n + 20;
+  ASSERT_FALSE(gc::powersgd_compresses(psgd, 4, 4));
+  for (int world : {2, 3})
+    for (gcc::strategy how : {gcc::strategy::allgather, gcc::strategy::dense}) {
+      const gcc::candidate c{false, psgd, how, false, 0, true};
+      SCOPED_TRACE(gcc::describe(c) + " W=" + std::to_string(world));
+      auto predicted = gcc::predict(c, n, world, profile, tensors);
+      ASSERT_TRUE(predicted.ok()) << predicted.error().message();
+      auto square = gcc::predict(c, n, world, profile);
+      ASSERT_TRUE(square.ok());
+      EXPECT_NE(predicted.value().wire_bytes, square.value().wire_bytes);
+      std::vector<std::uint64_t> wire(static_cast<std::size_t>(world)),
+          calls(static_cast<std::size_t>(world));
+      auto st = gcc::run_threads(world, [&](gcc::communicator& inner) -> status {
+        counting_communicator comm(inner);
+        gcc::allreduce_config cfg = gcc::config_of(c);
+        cfg.where = gc::backend::reference;
+        cfg.tensors = tensors;
+        std::vector<float> g = make_grad(n, comm.rank(), 0, 1.0f), out(n);
+        gcc::allreduce_state state;
+        gcc::workspace ws;
+        status s = gcc::allreduce(comm, cfg, {1, 0, 0},
+                                  gc::const_tensor_view{g.data(), n, gc::dtype::f32, 0},
+                                  gc::view(out), state, ws);
+        wire[static_cast<std::size_t>(comm.rank())] = comm.wire;
+        calls[static_cast<std::size_t>(comm.rank())] = comm.collectives;
+        return s;
+      });
+      ASSERT_TRUE(all_ok(st)) << messages(st);
+      EXPECT_EQ(predicted.value().wire_bytes, *std::max_element(wire.begin(), wire.end()));
+      EXPECT_EQ(predicted.value().collectives, calls[0]);
+    }
+  // Slots the call would refuse are refused here too.
+  const std::vector<gcc::tensor_slot> overlapping = {{0, 64, 8}, {32, 64, 8}};
+  EXPECT_EQ(gcc::predict({false, psgd, gcc::strategy::dense, false, 0, true}, 256, 2, profile,
+                         overlapping)
+                .error()
+                .code(),
+            gc::status_code::invalid_argument);
+}
+
 // A hierarchical call's leader (world rank 0) sends what predict_hierarchical says, in as
 // many collectives: the node's reduction to it, the leaders' strategy, the broadcasts.
 TEST(CostModel, HierarchicalWireBytesAndCollectivesMatchTheLeader) {

@@ -70,6 +70,19 @@ def hook_strategy(row: Dict[str, Any], allowed) -> Optional[str]:
     return name
 
 
+
+def powersgd_tensors(shapes: Sequence[Sequence[int]]) -> List[Tuple[int, int, int]]:
+    """(offset, numel, rows) of the parameters the hook's PowerSGD views as matrices."""
+    out, offset = [], 0
+    for shape in shapes:
+        numel = 1
+        for d in shape:
+            numel *= int(d)
+        if len(shape) >= 2 and numel > 0:
+            out.append((offset, numel, int(shape[0])))
+        offset += numel
+    return out
+
 class Planner:
     """The plans of one HookState(spec="auto"): one per (bucket index, element count)."""
 
@@ -106,9 +119,12 @@ class Planner:
                                      threads=self.threads, in_call=max(int(numel), 1),
                                      in_call_segment=0)
 
-    def choose(self, index: int, numel: int, world: int, allowed) -> Dict[str, Any]:
+    def choose(self, index: int, numel: int, world: int, allowed,
+               shapes: Sequence[Sequence[int]] = ()) -> Dict[str, Any]:
         """The plan of a bucket: the chosen row, the hook's strategy for it, the reason.
-        The library's strategies the hook has no path for are excluded from the plan."""
+        The library's strategies the hook has no path for are excluded from the plan.
+        shapes: the bucket's parameter shapes in buffer order; PowerSGD is predicted on
+        the ones the hook factorises (two or more dimensions)."""
         key = (index, numel)
         if key in self.plans:
             return self.plans[key]
@@ -117,7 +133,8 @@ class Planner:
                     if c.name != "powersgd" and not allowed(c, theirs)]
         planned = _gc.plan(self.profile, numel, world, [c.spec for c in self.candidates],
                            segments=[0], margin=self.margin, try_pipelining=False,
-                           transport_allreduce=True, exclude=excluded)
+                           transport_allreduce=True, exclude=excluded,
+                           tensors=powersgd_tensors(shapes))
         rows = planned["rows"]
         row = rows[planned["chosen"]]
         strategy = hook_strategy(row, allowed)

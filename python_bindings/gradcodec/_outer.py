@@ -87,8 +87,11 @@ class OuterSync:
         if spec == "auto":
             if strategy is not None:
                 raise ValueError("OuterSync: spec='auto' chooses the strategy")
+            # One fragment holds every tensor, PowerSGD's matrices with their shapes; a
+            # fragment of several is predicted as one near-square matrix of its mean size.
+            matrices = [t for t in tensors if t[2] > 0] if fragments == 1 else []
             spec, strategy = self._choose(candidates, profile, margin, threads,
-                                          max(1, at // max(1, fragments)))
+                                          max(1, at // max(1, fragments)), matrices)
         elif candidates is not None or profile is not None:
             raise ValueError("OuterSync: candidates and profile apply to spec='auto' only")
         self._engine = _gc.OuterSync(
@@ -103,7 +106,7 @@ class OuterSync:
         self._engine.init(self._flat)
         self._scatter()
 
-    def _choose(self, candidates, profile, margin, threads, elements):
+    def _choose(self, candidates, profile, margin, threads, elements, matrices):
         """(spec, strategy) of the planner's choice for a fragment of `elements`."""
         from . import _auto
         accept = [c.spec if isinstance(c, _gc.Codec) else str(c)
@@ -113,7 +116,8 @@ class OuterSync:
                                  in_call_segment=0)
         else:
             text = _auto.load_profile(profile)
-        planned = _gc.plan(text, elements, self._comm.size, accept, margin=margin)
+        planned = _gc.plan(text, elements, self._comm.size, accept, margin=margin,
+                           tensors=matrices)
         row = planned["rows"][planned["chosen"]]
         self.plan = {"elements": elements, "row": row, "reason": planned["reason"],
                      "profile": text}

@@ -5,8 +5,10 @@
 //! JSON text, and the drift tracker. gradcodec.torch's HookState(spec="auto") is built on
 //! these.
 #include <nanobind/stl/pair.h>
+#include <nanobind/stl/tuple.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common.hpp"
@@ -169,7 +171,8 @@ void register_plan(nb::module_& m) {
          const std::vector<nb::object>& accept, const std::vector<std::uint64_t>& segments,
          double margin, bool try_pipelining, bool transport_allreduce,
          std::optional<bool> error_feedback,
-         const std::vector<std::pair<std::string, std::string>>& exclude) {
+         const std::vector<std::pair<std::string, std::string>>& exclude,
+         const std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>>& tensors) {
         const gcc::cost_profile profile = unwrap(gcc::profile_from_json(profile_json));
         gcc::plan_request req;
         req.elements = elements;
@@ -183,6 +186,7 @@ void register_plan(nb::module_& m) {
         for (const auto& [codec, how] : exclude)
           req.excluded.emplace_back(unwrap(codec_from_name(codec)),
                                     unwrap(gcc::strategy_from_name(how)));
+        for (const auto& [offset, n, rows] : tensors) req.tensors.push_back({offset, n, rows});
         const gcc::plan_result r = unwrap(gcc::plan(req, profile));
         nb::list rows;
         for (const gcc::plan_row& row : r.rows) rows.append(row_dict(row));
@@ -198,8 +202,10 @@ void register_plan(nb::module_& m) {
       nb::arg("try_pipelining") = false, nb::arg("transport_allreduce") = false,
       nb::arg("error_feedback") = nb::none(),
       nb::arg("exclude") = std::vector<std::pair<std::string, std::string>>{},
+      nb::arg("tensors") = std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>>{},
       "Every candidate predicted (fastest first) and the choice (docs/planner.md): a dict "
-      "with rows, chosen, best_dense and reason.");
+      "with rows, chosen, best_dense and reason. tensors: (offset, n, rows) of the matrices "
+      "PowerSGD factorises (empty: the bucket as one near-square matrix).");
 }
 
 }  // namespace gradcodec::python

@@ -10,8 +10,10 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
+#include "gradcodec/comm/bucket.hpp"
 #include "gradcodec/comm/strategy.hpp"
 #include "gradcodec/spec.hpp"
 #include "gradcodec/status.hpp"
@@ -143,12 +145,16 @@ struct prediction {
 //! The prediction for one call on n f32 elements over `ranks` ranks; the codec's
 //! in_call factor for the strategy, when the profile has one, scales the compute and adds
 //! its wait × compute to the transfer (never below the configuration check).
-//! predict_uncorrected leaves them out. invalid_argument for
-//! a strategy the codec does not support, and invalid_argument (naming the spec) when the profile
-//! has no costs for a codec candidate's spec.
-result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const cost_profile& p);
+//! predict_uncorrected leaves them out. `tensors` are the call's allreduce_config::tensors:
+//! PowerSGD factorises each and sends the gaps between them as vectors (empty: the whole
+//! buffer as one near-square matrix, powersgd_square_rows(n)); other codecs ignore them.
+//! invalid_argument for a strategy the codec does not support, and invalid_argument
+//! (naming the spec) when the profile has no costs for a codec candidate's spec.
+result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const cost_profile& p,
+                           std::span<const tensor_slot> tensors = {});
 result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int ranks,
-                                       const cost_profile& p);
+                                       const cost_profile& p,
+                                       std::span<const tensor_slot> tensors = {});
 
 //! The prediction for one hierarchical call (allreduce(hierarchy, ...)) on n f32 elements,
 //! the leader's, whose path is the longest: the world's configuration check over `link`,
@@ -157,7 +163,8 @@ result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int 
 //! broadcasts of the outcome word and the result over `intra`. invalid_argument without
 //! `intra`, or for a layout with fewer than one node or rank per node.
 result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, node_layout layout,
-                                        const cost_profile& p);
+                                        const cost_profile& p,
+                                        std::span<const tensor_slot> tensors = {});
 
 //! Rounds and bytes of one collective (exposed for the tests and the docs' examples).
 double allgather_seconds(const link_profile& l, int ranks, std::uint64_t block_bytes) noexcept;

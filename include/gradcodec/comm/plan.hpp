@@ -31,7 +31,10 @@ struct plan_request {
   //! The codecs the caller accepts for fidelity. The uncompressed f32 mean and bf16 (dense)
   //! are always candidates.
   std::vector<codec_spec> accept;
-  //! Segment lengths tried (0: one segment); PowerSGD is always one segment.
+  //! The bucket's tensors, as allreduce_config::tensors will hold them: PowerSGD's
+  //! segments (empty: the bucket as one near-square matrix).
+  std::vector<tensor_slot> tensors;
+  //! Segment lengths tried (0: one segment); PowerSGD's segments are its tensors.
   std::vector<std::uint64_t> segments{0, std::uint64_t{1} << 18, std::uint64_t{1} << 20,
                                       std::uint64_t{1} << 22};
   bool try_pipelining = true;
