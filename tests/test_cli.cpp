@@ -410,9 +410,9 @@ TEST_F(Cli, BadInputGivesOneErrorLineAndAnExitCode) {
   EXPECT_FALSE(fs::exists(path("o.npy"))) << "a failed command wrote its output";
 }
 
-// plan --ranks-per-node predicts hierarchical calls from a profile with an intra-node link,
-// and refuses one without, naming what is missing.
-TEST_F(Cli, PlanPredictsHierarchicalCallsFromATwoLevelProfile) {
+//! A cost profile's JSON text with 1 ns per element per operation for every spec given,
+//! over a 1 Gbit/s link, and with intra_link (100 Gbit/s) when asked.
+std::string hand_profile(const std::vector<std::string>& specs, bool intra) {
   const std::string rate = R"({"step_latency_s": 5e-05, "bytes_per_s": 125000000})";
   const std::string fast = R"({"step_latency_s": 5e-06, "bytes_per_s": 12500000000})";
   const auto link = [](const std::string& k) {
@@ -420,18 +420,21 @@ TEST_F(Cli, PlanPredictsHierarchicalCallsFromATwoLevelProfile) {
            R"(, "overlap": 0, "burst_bytes": 0})";
   };
   const std::string op = R"({"fixed_s": 1e-05, "per_element_s": 1e-09})";
-  const auto codec = [&](const char* spec) {
-    return std::string(R"({"spec": ")") + spec + R"(", "encode": )" + op +
-           R"(, "encode_with_feedback": )" + op + R"(, "decode": )" + op +
-           R"(, "decode_accumulate": )" + op + R"(, "frame_bytes_per_element": 0})";
-  };
-  const std::string head =
-      R"({"format": "gradcodec-cost-profile", "version": 1, "ranks": 4, "link": )" + link(rate);
-  const std::string tail =
-      R"(, "copy": {"fixed_s": 1e-06, "per_element_s": 2.5e-10}, "codecs": [)" +
-      codec("minmax:bits=4") + ", " + codec("bf16") + "]}\n";
-  write_bytes(path("two_level.json"), head + R"(, "intra_link": )" + link(fast) + tail);
-  write_bytes(path("flat.json"), head + tail);
+  std::string codecs;
+  for (const std::string& spec : specs)
+    codecs += (codecs.empty() ? "" : ", ") + std::string(R"({"spec": ")") + spec +
+              R"(", "encode": )" + op + R"(, "encode_with_feedback": )" + op + R"(, "decode": )" +
+              op + R"(, "decode_accumulate": )" + op + R"(, "frame_bytes_per_element": 0})";
+  return R"({"format": "gradcodec-cost-profile", "version": 1, "ranks": 4, "link": )" + link(rate) +
+         (intra ? R"(, "intra_link": )" + link(fast) : std::string()) +
+         R"(, "copy": {"fixed_s": 1e-06, "per_element_s": 2.5e-10}, "codecs": [)" + codecs + "]}\n";
+}
+
+// plan --ranks-per-node predicts hierarchical calls from a profile with an intra-node link,
+// and refuses one without, naming what is missing.
+TEST_F(Cli, PlanPredictsHierarchicalCallsFromATwoLevelProfile) {
+  write_bytes(path("two_level.json"), hand_profile({"minmax:bits=4", "bf16"}, true));
+  write_bytes(path("flat.json"), hand_profile({"minmax:bits=4", "bf16"}, false));
   const std::string args = "plan --size 2^20 --ranks 4 --ranks-per-node 2 --codecs minmax:bits=4 ";
   const run_result r = run(args + "--profile " + quote(path("two_level.json")));
   expect_ok(r, "two-level profile");
@@ -441,4 +444,28 @@ TEST_F(Cli, PlanPredictsHierarchicalCallsFromATwoLevelProfile) {
   expect_error(run("plan --size 2^20 --ranks 4 --ranks-per-node 3 --profile " +
                    quote(path("two_level.json"))),
                2, "--ranks-per-node", "a layout that does not divide the ranks");
+}
+
+// plan --tensors: PowerSGD predicted on the matrices given (the bench's model layout or
+// ROWSxCOLS items), and a clear usage error for items it cannot read.
+TEST_F(Cli, PlanTakesPowerSgdTensors) {
+  write_bytes(path("psgd.json"), hand_profile({"powersgd:rank=4", "bf16"}, false));
+  const std::string base = "plan --size 2^20 --ranks 2 --codecs powersgd:rank=4 --json --profile " +
+                           quote(path("psgd.json")) + " ";
+  const auto wire = [&](const std::string& extra) {
+    const run_result r = run(base + extra);
+    expect_ok(r, extra);
+    const std::size_t at = r.out.find("\"spec\": \"powersgd");
+    const std::size_t w = r.out.find("\"wire_bytes\": ", at);
+    return at == std::string::npos || w == std::string::npos
+               ? std::string("(none)")
+               : r.out.substr(w, r.out.find(',', w) - w);
+  };
+  const std::string square = wire(""), model = wire("--tensors model");
+  const std::string same_square = wire("--tensors 1024x1024");
+  EXPECT_EQ(square, same_square);  // 2^20 = 1024 x 1024, the near-square matrix
+  EXPECT_NE(square, model);
+  EXPECT_NE(square, wire("--tensors 256x1024,64x64"));
+  for (const char* bad : {"--tensors 12", "--tensors 0x8", "--tensors 2048x1024", "--tensors ax3"})
+    expect_error(run(base + bad), 2, "--tensors", bad);
 }

@@ -70,7 +70,6 @@ def hook_strategy(row: Dict[str, Any], allowed) -> Optional[str]:
     return name
 
 
-
 def powersgd_tensors(shapes: Sequence[Sequence[int]]) -> List[Tuple[int, int, int]]:
     """(offset, numel, rows) of the parameters the hook's PowerSGD views as matrices."""
     out, offset = [], 0
@@ -82,6 +81,7 @@ def powersgd_tensors(shapes: Sequence[Sequence[int]]) -> List[Tuple[int, int, in
             out.append((offset, numel, int(shape[0])))
         offset += numel
     return out
+
 
 class Planner:
     """The plans of one HookState(spec="auto"): one per (bucket index, element count)."""
@@ -180,6 +180,7 @@ class Planner:
                 "chosen": p["row"]["candidate"], "strategy": p["strategy"],
                 "spec": p["row"]["spec"] or None,
                 "predicted_s": p["row"]["total_s"],
+                "predicted_wire_bytes": p["row"]["wire_bytes"],
                 "measured_s": self._drift.seconds(_key(index, numel)),
                 "reason": p["reason"],
                 "alternatives": [(r["candidate"], r["total_s"]) for r in p["alternatives"]],

@@ -197,3 +197,49 @@ def test_auto_argument_checks():
         gct.HookState("auto", replan_every=-1)
     with pytest.raises(ValueError, match="plan_report"):
         gct.HookState("topk").plan_report()
+
+
+def powersgd_worker(rank, world, init_file, slow, expected):
+    with gloo_group(rank, world, init_file):
+        state = gct.HookState("auto", candidates=["powersgd:rank=4"], profile=slow)
+        train(state, rank, steps=2)
+        report = state.plan_report()
+        assert [(r["strategy"], r["predicted_wire_bytes"]) for r in report] == \
+            [("powersgd", expected)], report
+
+
+def test_auto_predicts_powersgd_on_the_buckets_matrices():
+    """The hook's PowerSGD factorises each parameter of two or more dimensions: the planner
+    is given those shapes, and its predicted bytes are the hook's two ring allreduces (all
+    P factors beside the 1-D parameters, then all Q factors) of model()'s parameters."""
+    import torch.multiprocessing as mp
+    from gradcodec import _auto
+    shapes = [tuple(p.shape) for p in model().parameters()]  # 256x64, 256, 64x256, 64
+    assert _auto.powersgd_tensors(shapes) == [(0, 16384, 256), (16640, 16384, 64)]
+    psgd = gc.Codec("powersgd", rank=4)
+    p = json.loads(gc._gradcodec.measure_codec_costs([psgd.spec], small=1024, large=16384,
+                                                      seconds=0.001))
+    for kind in ("allgather", "alltoall", "allreduce"):
+        p["link"][kind] = {"step_latency_s": 50e-6, "bytes_per_s": 12.5e6}
+    n, world = 16384 + 256 + 16384 + 64, 2
+
+    def powersgd_wire(tensors):
+        planned = gc._gradcodec.plan(json.dumps(p), n, world, [psgd.spec],
+                                     transport_allreduce=True, tensors=tensors)
+        rows = [r for r in planned["rows"] if r["spec"].startswith("powersgd")
+                and r["strategy"] == "dense"]
+        assert len(rows) == 1, planned["rows"]
+        return rows[0]["wire_bytes"]
+
+    ranks = [gc._gradcodec.powersgd_rank(psgd, 256, 64),
+             gc._gradcodec.powersgd_rank(psgd, 64, 256)]
+    p_values = 256 * ranks[0] + 64 * ranks[1] + 256 + 64
+    q_values = 64 * ranks[0] + 256 * ranks[1]
+    ring = lambda nbytes: 2 * (world - 1) * nbytes // world  # noqa: E731
+    expected = ring(4 * p_values) + ring(4 * q_values)
+    assert powersgd_wire(_auto.powersgd_tensors(shapes)) == expected
+    assert powersgd_wire([]) != expected  # one near-square matrix of the bucket instead
+    # The hook hands its bucket's shapes to the planner.
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.spawn(powersgd_worker, args=(world, os.path.join(tmp, "init"), p, expected),
+                 nprocs=world)
