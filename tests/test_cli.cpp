@@ -410,6 +410,8 @@ TEST_F(Cli, BadInputGivesOneErrorLineAndAnExitCode) {
   EXPECT_FALSE(fs::exists(path("o.npy"))) << "a failed command wrote its output";
 }
 
+namespace {
+
 //! A cost profile's JSON text with 1 ns per element per operation for every spec given,
 //! over a 1 Gbit/s link, and with intra_link (100 Gbit/s) when asked.
 std::string hand_profile(const std::vector<std::string>& specs, bool intra) {
@@ -429,6 +431,8 @@ std::string hand_profile(const std::vector<std::string>& specs, bool intra) {
          (intra ? R"(, "intra_link": )" + link(fast) : std::string()) +
          R"(, "copy": {"fixed_s": 1e-06, "per_element_s": 2.5e-10}, "codecs": [)" + codecs + "]}\n";
 }
+
+}  // namespace
 
 // plan --ranks-per-node predicts hierarchical calls from a profile with an intra-node link,
 // and refuses one without, naming what is missing.
