@@ -390,7 +390,7 @@ def print_table(task, results: Dict[str, Dict[str, Any]], world: int) -> None:
     base = results.get(BASELINE, {}).get("quality", {}).get(metric)
     print(f"\n{task.describe(world)}")
     print(f"{'run':<40} {metric:>10} {'vs fp32':>8} {'EF':>3} {'bytes/step':>11} "
-          f"{'smaller':>8} {'time':>7} {'s/step':>7}")
+          f"{'smaller':>8} {'time':>7} {'s/step':>8}")
     for name, r in results.items():
         label = {BASELINE: "DDP fp32 allreduce", COMPUTE: "compute alone (no communication)"
                  }.get(name, name)
@@ -422,5 +422,5 @@ def print_table(task, results: Dict[str, Dict[str, Any]], world: int) -> None:
             else:
                 extra += "  target not reached"
         print(f"{label:<40} {shown} {delta:>8} {ef:>3} {per_step:11.0f} {ratio:7.1f}x "
-              f"{r['seconds']:6.1f}s {r['step_seconds']:7.3f}" + extra)
+              f"{r['seconds']:6.1f}s {r['step_seconds']:8.4f}" + extra)
     sys.stdout.flush()

@@ -679,3 +679,17 @@ def test_16_bit_codecs_send_16_bits_over_gloo_and_threads_follow_the_hook():
     assert out["topk:ratio=0.5"][0] > out["topk:ratio=0.5"][1]
     assert len(out["warnings"]) == 1 and "topk:ratio=0.5" in out["warnings"][0], out["warnings"]
     assert "smaller one" in out["warnings"][0]
+
+
+def test_the_finiteness_check_sees_every_non_finite_value():
+    """The hook's scan (min and max of the bucket) finds a NaN or an infinity anywhere, in
+    every dtype a bucket can have, and passes finite and empty buckets."""
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = torch.linspace(-3.0e4, 3.0e4, 1001).to(dtype)
+        assert gct._all_finite(x), dtype
+        assert gct._all_finite(x[:0]), dtype
+        for bad in (float("nan"), float("inf"), -float("inf")):
+            for at in (0, 500, 1000):
+                y = x.clone()
+                y[at] = bad
+                assert not gct._all_finite(y), (dtype, bad, at)
