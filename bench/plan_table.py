@@ -22,10 +22,12 @@ import subprocess
 import sys
 
 
-def plan(tool, profile, n, ranks, segment, codecs, margin):
+def plan(tool, profile, n, ranks, segment, codecs, margin, per_node=0):
     cmd = [tool, "plan", "--json", "--profile", profile, "--size", str(n), "--ranks", str(ranks),
            "--segments", str(segment), "--margin", str(margin), "--codecs", ",".join(codecs),
            "--tensors", "model"]  # the bench factorises PowerSGD over its model layout
+    if per_node:
+        cmd += ["--ranks-per-node", str(per_node)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -45,23 +47,31 @@ def cell(tool, bench_path, profile_path, margin, accept=None):
         codecs = []
         for r in rows:
             name = r["codec"].split(":")[0]
-            if r["codec"].startswith("dense_") or r["codec"] in codecs:
+            if r["codec"].startswith("dense_") or r["codec"] == "uncompressed" or \
+                    r["codec"] in codecs:
                 continue
             if accept is None or name in accept or name == "bf16":
                 codecs.append(r["codec"])
         measured = {}
-        dense_fp32 = dense_bf16_mpi = None
+        dense_fp32 = dense_bf16_mpi = hierarchy_fp32 = None
         for r in rows:
             if r["codec"] == "dense_fp32":
                 dense_fp32 = r["median_s"]
+            elif r["codec"] == "uncompressed":  # through the hierarchy (--ranks-per-node)
+                hierarchy_fp32 = r["median_s"]
             elif r["codec"] == "dense_bf16":
                 dense_bf16_mpi = r["median_s"]
             else:
                 measured[key(r["codec"], r["strategy"], r["pipeline"])] = r["median_s"]
-        p = plan(tool, profile_path, n, bench["ranks"], bench["segment_elements"], codecs, margin)
+        per_node = bench.get("ranks_per_node", 0)
+        p = plan(tool, profile_path, n, bench["ranks"], bench["segment_elements"], codecs, margin,
+                 per_node)
         table = []
         for i, row in enumerate(p["rows"]):
-            if row["uncompressed"]:
+            if row["uncompressed"] and hierarchy_fp32 is not None:
+                m = hierarchy_fp32
+                name = "uncompressed (through the hierarchy)"
+            elif row["uncompressed"]:
                 m = dense_fp32
                 name = "uncompressed (measured: MPI_Allreduce f32)"
             else:
@@ -77,7 +87,8 @@ def cell(tool, bench_path, profile_path, margin, accept=None):
                 if not t["row"]["uncompressed"] and t["row"]["spec"] == "bf16"
                 and t["row"]["strategy"] == "dense"]
         dense_bf16 = min(bf16 + ([dense_bf16_mpi] if dense_bf16_mpi else []))
-        out.append({"bench": bench_path, "n": n, "ranks": bench["ranks"], "table": table,
+        out.append({"bench": bench_path, "n": n, "ranks": bench["ranks"], "per_node": per_node,
+                    "table": table,
                     "best": best, "chosen": chosen, "dense_bf16": dense_bf16,
                     "reason": p["reason"]})
     return out

@@ -24,6 +24,10 @@ inline constexpr option_spec allreduce_segment_option{
     "segment", "N", "--allreduce: segment elements, N or 2^K; 0 = one segment (default 2^20)"};
 inline constexpr option_spec allreduce_warmup_option{
     "warmup", "N", "--allreduce: untimed calls before the timed ones (default 1)"};
+inline constexpr option_spec allreduce_ranks_per_node_option{
+    "ranks-per-node", "P",
+    "--allreduce: hierarchical calls (allreduce(hierarchy, ...)) over nodes of P consecutive "
+    "ranks, and the uncompressed mean through them (default: flat calls)"};
 
 #if GRADCODEC_TOOL_HAVE_MPI
 //! Runs the allreduce benchmark (every rank of the MPI job calls it); returns the exit code.

@@ -62,6 +62,7 @@ constexpr std::array bench_options{
     allreduce_pipeline_option,
     allreduce_segment_option,
     allreduce_warmup_option,
+    allreduce_ranks_per_node_option,
 };
 
 //! A host backend's target: the reference (isa "-"), or the CPU backend on one ISA with a

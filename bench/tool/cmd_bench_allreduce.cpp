@@ -55,6 +55,7 @@ struct options {
   std::uint64_t segment = std::uint64_t{1} << 20;
   std::uint64_t iterations = 5;
   std::uint64_t warmup = 1;
+  std::uint64_t ranks_per_node = 0;  //!< > 0: hierarchical calls over nodes of this many ranks
   int threads = 1;
   backend where = backend::automatic;
   std::optional<cpu_isa> isa;
@@ -103,6 +104,10 @@ options parse_options(const parsed_args& args) {
   o.iterations = args.get_u64("repeat", 5);
   if (o.iterations < 1) usage_fail("--repeat: must be at least 1");
   o.warmup = args.get_u64("warmup", 1);
+  if (args.has("ranks-per-node")) {
+    o.ranks_per_node = args.get_u64("ranks-per-node", 0);
+    if (o.ranks_per_node < 1) usage_fail("--ranks-per-node: must be at least 1");
+  }
   const std::uint64_t t = args.get_u64("threads", 1);
   if (t > 1024) usage_fail("--threads: '" + std::to_string(t) + "' is above 1024");
   o.threads = static_cast<int>(t);
@@ -259,6 +264,14 @@ class allreduce_bench {
 
   //! Every measurement; returns the number that failed.
   std::size_t run() {
+    if (o_.ranks_per_node > 0) {
+      const auto per = static_cast<int>(o_.ranks_per_node);
+      if (size_ % per != 0)
+        fail("bench --allreduce: --ranks-per-node " + std::to_string(per) +
+             " does not divide the " + std::to_string(size_) + " ranks");
+      if (auto st = comm::make_hierarchy(rec_, me_ / per, nodes_); !st.ok())
+        fail(describe("bench --allreduce: the node split", st));
+    }
     if (me_ == 0) print_header();
     for (const std::uint64_t n : o_.sizes) run_size(n);
     return failed_;
@@ -297,9 +310,14 @@ class allreduce_bench {
   status dense_fp32(size_buffers& b, row& r);
   status dense_bf16(size_buffers& b, row& r);
   void run_strategies(size_buffers& b, const codec_spec& spec, comm::workspace& ws);
+  void run_uncompressed_hierarchy(size_buffers& b, comm::workspace& ws);
+  status time_allreduce(const comm::allreduce_config& cfg, size_buffers& b, comm::workspace& ws,
+                        bool record_last, row& r, comm::phase_times& phases);
+  void set_phases(row& r, const comm::phase_times& phases);
 
   const options& o_;
   recording_communicator rec_;
+  comm::hierarchy nodes_;  //!< with --ranks-per-node: the calls' two levels
   MPI_Comm world_;
   int size_, me_;
   MPI_Op bf16_op_ = MPI_OP_NULL;
@@ -354,7 +372,81 @@ void allreduce_bench::run_size(std::uint64_t n) {
   }
 
   comm::workspace ws;
+  if (o_.ranks_per_node > 0) run_uncompressed_hierarchy(b, ws);
   for (const auto& spec : o_.specs) run_strategies(b, spec, ws);
+}
+
+//! Times `cfg` (over the node hierarchy with --ranks-per-node, else flat over the recording
+//! communicator, recording the last call when asked) into r's times and `phases`.
+status allreduce_bench::time_allreduce(const comm::allreduce_config& cfg, size_buffers& b,
+                                       comm::workspace& ws, bool record_last, row& r,
+                                       comm::phase_times& phases) {
+  const std::uint64_t n = b.in.size();
+  comm::allreduce_state state;  // carried across the calls, as in training
+  const const_tensor_view in{b.in.data(), n, dtype::f32, 0};
+  const tensor_view out{b.out.data(), n, dtype::f32, 0};
+  std::vector<double> times;
+  status st = timed_calls(
+      world_, o_.warmup, o_.iterations, times, [&](std::uint64_t step, bool timed, bool last) {
+        comm::phase_times t;
+        if (last && record_last) rec_.start_recording();
+        const context ctx{1, step, 0};
+        const status s = o_.ranks_per_node > 0
+                             ? comm::allreduce(nodes_, cfg, ctx, in, out, state, ws, &t)
+                             : comm::allreduce(rec_, cfg, ctx, in, out, state, ws, &t);
+        rec_.stop_recording();
+        if (timed) phases += t;
+        return s;
+      });
+  if (st.ok()) set_times(r, times, size_);
+  return st;
+}
+
+//! The phase columns of r: per call, the largest over the ranks.
+void allreduce_bench::set_phases(row& r, const comm::phase_times& phases) {
+  const double k = 1.0 / static_cast<double>(r.iterations);
+  std::array<double, 8> v{phases.agree_s * k,
+                          phases.encode_s * k,
+                          phases.reduce_s * k,
+                          phases.decode_s * k,
+                          phases.comm_s * k,
+                          static_cast<double>(phases.bytes_sent) * k,
+                          static_cast<double>(phases.bytes_received) * k,
+                          static_cast<double>(phases.collectives) * k};
+  max_over_ranks(v);
+  r.agree_s = v[0];
+  r.encode_s = v[1];
+  r.reduce_s = v[2];
+  r.decode_s = v[3];
+  r.comm_s = v[4];
+  r.bytes_sent = v[5];
+  r.bytes_received = v[6];
+  r.collectives = v[7];
+}
+
+//! With --ranks-per-node: the uncompressed f32 mean through the hierarchy (the planner's
+//! uncompressed candidate there), beside the flat MPI_Allreduce baselines.
+void allreduce_bench::run_uncompressed_hierarchy(size_buffers& b, comm::workspace& ws) {
+  row r;
+  r.codec = "uncompressed";
+  r.strategy = "hierarchy";
+  r.n = b.in.size();
+  r.codec_ratio = 1.0;
+  comm::allreduce_config cfg;
+  cfg.uncompressed = true;
+  cfg.where = o_.where;
+  cfg.threads = o_.threads;
+  comm::phase_times phases;
+  if (status st = time_allreduce(cfg, b, ws, false, r, phases); !st.ok()) {
+    r.note = "error: " + describe("allreduce", st);
+    emit(std::move(r));
+    return;
+  }
+  set_phases(r, phases);
+  r.speedup_fp32 = fp32_s_ / r.median_s;
+  r.speedup_bf16 = bf16_s_ / r.median_s;
+  r.rel_error = rel_error(b.out, b.reference);
+  emit(std::move(r));
 }
 
 status allreduce_bench::dense_fp32(size_buffers& b, row& r) {
@@ -438,27 +530,14 @@ void allreduce_bench::run_strategies(size_buffers& b, const codec_spec& spec, co
       cfg.where = o_.where;
       cfg.threads = o_.threads;
       cfg.tensors = slots;
-      comm::allreduce_state state;  // carried across the calls, as in training
       comm::phase_times phases;
-      const const_tensor_view in{b.in.data(), n, dtype::f32, 0};
-      const tensor_view out{b.out.data(), n, dtype::f32, 0};
-      const bool measure_transfer = std::isnan(transfer_s);
-      std::vector<double> times;
-      status st = timed_calls(
-          world_, o_.warmup, o_.iterations, times, [&](std::uint64_t step, bool timed, bool last) {
-            comm::phase_times t;
-            if (last && measure_transfer) rec_.start_recording();
-            const status s = comm::allreduce(rec_, cfg, {1, step, 0}, in, out, state, ws, &t);
-            rec_.stop_recording();
-            if (timed) phases += t;
-            return s;
-          });
-      if (!st.ok()) {
+      // The hierarchy's collectives run on split communicators: no replay of them.
+      const bool measure_transfer = std::isnan(transfer_s) && o_.ranks_per_node == 0;
+      if (status st = time_allreduce(cfg, b, ws, measure_transfer, r, phases); !st.ok()) {
         r.note = "error: " + describe("allreduce", st);
         emit(std::move(r));
         continue;
       }
-      set_times(r, times, size_);
       if (measure_transfer) {
         // The recorded collectives of the last call, blocking, back to back: one untimed
         // replay, then the median of up to three.
@@ -467,8 +546,9 @@ void allreduce_bench::run_strategies(size_buffers& b, const codec_spec& spec, co
         max_over_ranks(w);
         wire = w[0];
         std::vector<double> replays;
-        st = timed_calls(world_, 1, std::min<std::uint64_t>(o_.iterations, 3), replays,
-                         [&](std::uint64_t, bool, bool) { return rec_.replay(calls); });
+        const status st =
+            timed_calls(world_, 1, std::min<std::uint64_t>(o_.iterations, 3), replays,
+                        [&](std::uint64_t, bool, bool) { return rec_.replay(calls); });
         if (!st.ok()) {
           r.note = "error: " + describe("replay", st);
           emit(std::move(r));
@@ -476,27 +556,11 @@ void allreduce_bench::run_strategies(size_buffers& b, const codec_spec& spec, co
         }
         transfer_s = median(replays);
       }
+      set_phases(r, phases);
       r.transfer_s = transfer_s;
-      r.wire_bytes = wire;
+      // Hierarchical: what the library counted (the leaders send the most).
+      r.wire_bytes = o_.ranks_per_node > 0 ? r.bytes_sent : wire;
       r.wire_ratio = r.wire_bytes > 0 ? dense_wire / r.wire_bytes : 0.0;
-      const double k = 1.0 / static_cast<double>(r.iterations);
-      std::array<double, 8> v{phases.agree_s * k,
-                              phases.encode_s * k,
-                              phases.reduce_s * k,
-                              phases.decode_s * k,
-                              phases.comm_s * k,
-                              static_cast<double>(phases.bytes_sent) * k,
-                              static_cast<double>(phases.bytes_received) * k,
-                              static_cast<double>(phases.collectives) * k};
-      max_over_ranks(v);
-      r.agree_s = v[0];
-      r.encode_s = v[1];
-      r.reduce_s = v[2];
-      r.decode_s = v[3];
-      r.comm_s = v[4];
-      r.bytes_sent = v[5];
-      r.bytes_received = v[6];
-      r.collectives = v[7];
       r.speedup_fp32 = fp32_s_ / r.median_s;
       r.speedup_bf16 = bf16_s_ / r.median_s;
       r.rel_error = rel_error(b.out, b.reference);
@@ -510,6 +574,7 @@ void allreduce_bench::write_json(const std::string& path) const {
   if (!f) fail("cannot open '" + path + "' for writing");
   f << "{\n  \"tool\": \"gradcodec bench --allreduce\",\n  \"ranks\": " << size_
     << ",\n  \"iterations\": " << o_.iterations << ",\n  \"warmup\": " << o_.warmup
+    << ",\n  \"ranks_per_node\": " << o_.ranks_per_node
     << ",\n  \"segment_elements\": " << o_.segment << ",\n  \"threads\": " << o_.threads
     << ",\n  \"backend\": " << json_string(std::string(backend_name(o_.where)))
     << ",\n  \"records\": [";
