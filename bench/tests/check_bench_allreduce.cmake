@@ -6,16 +6,7 @@
 # Variables: MPIEXEC, NP_FLAG, TOOL (the gradcodec executable), OUT (a scratch directory),
 # PYTHON and TABLE (optional: a python3 and bench/allreduce_table.py).
 cmake_minimum_required(VERSION 3.24)
-foreach(v MPIEXEC TOOL OUT)
-  if(NOT DEFINED ${v})
-    message(FATAL_ERROR "check_bench_allreduce.cmake: ${v} is not set")
-  endif()
-endforeach()
-if(NOT NP_FLAG)
-  set(NP_FLAG -n)
-endif()
-file(REMOVE_RECURSE ${OUT})
-file(MAKE_DIRECTORY ${OUT})
+include(${CMAKE_CURRENT_LIST_DIR}/mpi_test_setup.cmake)
 set(json ${OUT}/allreduce.json)
 execute_process(
   COMMAND ${MPIEXEC} ${NP_FLAG} 2 --allow-run-as-root --oversubscribe

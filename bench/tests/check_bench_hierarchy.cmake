@@ -5,16 +5,7 @@
 # fails with a message naming it.
 # Variables: MPIEXEC, NP_FLAG, TOOL (the gradcodec executable), OUT (a scratch directory).
 cmake_minimum_required(VERSION 3.24)
-foreach(v MPIEXEC TOOL OUT)
-  if(NOT DEFINED ${v})
-    message(FATAL_ERROR "check_bench_hierarchy.cmake: ${v} is not set")
-  endif()
-endforeach()
-if(NOT NP_FLAG)
-  set(NP_FLAG -n)
-endif()
-file(REMOVE_RECURSE ${OUT})
-file(MAKE_DIRECTORY ${OUT})
+include(${CMAKE_CURRENT_LIST_DIR}/mpi_test_setup.cmake)
 set(json ${OUT}/hierarchy.json)
 set(common ${TOOL} bench --allreduce --sizes 2^12 --codecs minmax:bits=4,bf16
     --strategies two_phase,dense --pipeline off --segment 0 --repeat 2 --warmup 1)
