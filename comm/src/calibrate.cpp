@@ -221,10 +221,7 @@ void for_each_link_number(link_profile& l, F&& f) {
 template <class F>
 void for_each_number(cost_profile& p, F&& f) {
   for_each_link_number(p.link, f);
-  if (p.intra) {
-    for_each_link_number(*p.intra, f);
-    f(p.node_factor);
-  }
+  if (p.intra) for_each_link_number(*p.intra, f);
   f(p.compute.copy.fixed_s);
   f(p.compute.copy.per_element_s);
   for (codec_costs& c : p.compute.codecs) {
@@ -477,56 +474,6 @@ result<cost_profile> calibrate_with(communicator& comm, const calibrate_options&
   return p;
 }
 
-//! The node level's factor (cost_profile::node_factor) on this rank: every node at once
-//! runs hierarchical calls of the uncompressed mean over a hierarchy of its own ranks
-//! alone (its leader the only "node", so the calls are the node level's reduction and
-//! broadcasts without the leaders' exchange, whose error would swamp the node level's on
-//! a slow link), back to back as in training, against predict_hierarchical. The node
-//! level's share of the prediction is the difference a factor of 2 makes (it is linear in
-//! the factor); the rest (the configuration check) is taken as predicted.
-status measure_node_factor(const hierarchy& h, const calibrate_options& opt, cost_profile& p) {
-  if (opt.in_call_repeats <= 0 || opt.in_call_elements == 0 || h.intra->size() <= 1) return {};
-  const node_layout layout{1, h.intra->size()};
-  hierarchy alone;
-  if (status s = make_hierarchy(*h.intra, 0, alone); !s.ok()) return s;
-  const std::uint64_t n = opt.in_call_elements;
-  std::vector<float> grad(n), out(n);
-  fill(grad);
-  const float scale = 1.0f + 0.125f * static_cast<float>(h.world->rank());
-  for (float& v : grad) v *= scale;
-  allreduce_config cfg;
-  cfg.uncompressed = true;
-  cfg.threads = opt.threads;
-  allreduce_state state;
-  workspace ws;
-  if (status s = h.world->barrier(); !s.ok()) return s;
-  double seconds = 0;
-  for (int i = 0; i <= opt.in_call_repeats; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (status s =
-            allreduce(alone, cfg, {0x6e6f'6465'6c65'7665ULL, static_cast<std::uint64_t>(i), 0},
-                      const_tensor_view{grad.data(), n, dtype::f32, 0},
-                      tensor_view{out.data(), n, dtype::f32, 0}, state, ws);
-        !s.ok())
-      return s;
-    if (i > 0)  // the first call is a warm-up
-      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
-  seconds /= opt.in_call_repeats;
-  const candidate mean{true, make_spec(codec_id::bf16), strategy::dense, false, 0, false};
-  cost_profile q = p;
-  q.node_factor = 1;
-  auto once = predict_hierarchical(mean, n, layout, q);
-  q.node_factor = 2;
-  auto twice = predict_hierarchical(mean, n, layout, q);
-  if (!once.ok()) return once.error();
-  if (!twice.ok()) return twice.error();
-  const double node = twice.value().total_s - once.value().total_s;
-  const double rest = once.value().total_s - node;
-  if (node > 1e-9) p.node_factor = std::clamp((seconds - rest) / node, 0.125, 8.0);
-  return {};
-}
-
 }  // namespace
 
 result<cost_profile> calibrate(communicator& comm, const calibrate_options& opt) {
@@ -567,10 +514,6 @@ result<cost_profile> calibrate(const hierarchy& h, const calibrate_options& opt)
   });
   if (p.ok() && !probed)
     return status{status_code::comm_error, "calibrate: the link probe among the leaders failed"};
-  if (!p.ok()) return p;
-  // Every rank measures and the median is taken, as for every other number.
-  if (status s = measure_node_factor(h, opt, p.value()); !s.ok()) return s;
-  if (status s = agree_profile(*h.world, p.value()); !s.ok()) return s;
   return p;
 }
 

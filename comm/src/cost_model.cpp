@@ -313,7 +313,6 @@ result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, nod
   out.transfer_s += ring_allreduce_seconds(p.link, layout.nodes * layout.per_node, 64) -
                     ring_allreduce_seconds(p.link, layout.nodes, 64);
   {  // the node level runs whatever its size and n (its blocks carry headers)
-    const double f = p.node_factor;
     const link_profile& l = *p.intra;
     const int w = layout.per_node;
     const double peers = w - 1;
@@ -322,18 +321,18 @@ result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, nod
     std::uint64_t to_others = 0;
     for (int d = 1; d < w; ++d) to_others += block_header + 4 * chunk_of(n, 1, w, d).len;
     const std::uint64_t own = chunk_of(n, 1, w, 0).len;
-    out.transfer_s += f * 2 * rounds(l.alltoall, peers, static_cast<double>(to_others));
-    out.compute_s += own == 0 ? 0 : f * static_cast<double>(w) * p.compute.copy.at(own);
+    out.transfer_s += 2 * rounds(l.alltoall, peers, static_cast<double>(to_others));
+    out.compute_s += own == 0 ? 0 : static_cast<double>(w) * p.compute.copy.at(own);
     // The outcome word, then the result, broadcast from the leader (scatter, then ring
     // allgather: 2(w − 1)/w of the bytes from the root), and the store in the output.
     for (const std::uint64_t bytes : {std::uint64_t{8}, 4 * n}) {
       const std::uint64_t sent = 2 * static_cast<std::uint64_t>(w - 1) * bytes / w;
-      out.transfer_s += f * rounds(l.allgather, 2 * peers, static_cast<double>(sent));
+      out.transfer_s += rounds(l.allgather, 2 * peers, static_cast<double>(sent));
       out.wire_bytes += sent;
     }
     out.wire_bytes += to_others;
     out.collectives += 4;
-    out.compute_s += n == 0 ? 0 : f * p.compute.copy.at(n);
+    out.compute_s += n == 0 ? 0 : p.compute.copy.at(n);
   }
   out.total_s = out.compute_s + out.transfer_s - out.hidden_s;
   return out;

@@ -236,10 +236,7 @@ std::string profile_to_json(const cost_profile& p) {
   s.append(format_name).append("\",\n  \"version\": ").append(std::to_string(format_version));
   s.append(",\n  \"ranks\": ").append(std::to_string(p.ranks));
   s.append(",\n  \"link\": ").append(link_profile_json(p.link));
-  if (p.intra) {
-    s.append(",\n  \"intra_link\": ").append(link_profile_json(*p.intra));
-    s.append(",\n  \"node_factor\": ").append(number(p.node_factor));
-  }
+  if (p.intra) s.append(",\n  \"intra_link\": ").append(link_profile_json(*p.intra));
   s.append(",\n  \"copy\": ").append(cost_json(p.compute.copy));
   s.append(",\n  \"codecs\": [");
   for (std::size_t i = 0; i < p.compute.codecs.size(); ++i) {
@@ -290,12 +287,6 @@ result<cost_profile> profile_from_json(std::string_view text) {
   if (root.obj.count("intra_link") != 0)  // optional: a flat job's profile has none
     if (const value* l = rd.field(root, "intra_link", value::kind::object, ""))
       p.intra = rd.link_of(*l, "intra_link.");
-  if (root.obj.count("node_factor") != 0) {  // optional: 1 when not measured
-    p.node_factor = rd.num(root, "node_factor", "");
-    if (rd.error.ok() && !(p.node_factor > 0))
-      rd.error =
-          status{status_code::invalid_argument, "cost profile JSON: node_factor must be > 0"};
-  }
   p.compute.copy = rd.cost(root, "copy", "");
   if (const value* list = rd.field(root, "codecs", value::kind::array, "")) {
     for (std::size_t i = 0; i < list->arr.size() && rd.error.ok(); ++i) {

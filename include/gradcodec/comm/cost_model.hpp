@@ -106,10 +106,6 @@ struct cost_profile {
   int ranks = 0;  //!< the job size it was calibrated with (0: given by hand)
   //! The link between the ranks of one node, for hierarchical calls (comm::hierarchy).
   std::optional<link_profile> intra;
-  //! With `intra`: measured / predicted time of the node level (the reduction to the
-  //! leader and the broadcasts) inside a hierarchical call, which runs beside the other
-  //! nodes' and the leaders' traffic; predict_hierarchical scales that part by it.
-  double node_factor = 1;
 };
 
 //! The ranks of a two-level job (comm::hierarchy, docs/comm.md §9): `nodes` nodes of
