@@ -64,10 +64,9 @@ const command_spec calibrate_spec{
     "decode and decode-accumulate of every codec at two sizes on every rank at once, and,\n"
     "under mpirun, allgather, alltoall and allreduce at two block sizes, the burst and the\n"
     "overlap of a transfer with computation, then every codec and strategy in real calls\n"
-    "(their compute and transfer against the model's). Every value is the slowest rank's, so every "
-    "rank would plan\n"
-    "the same. Without mpirun (or without MPI in this build) the link is not measured: give\n"
-    "it to gradcodec plan with --bandwidth.",
+    "(their compute and transfer against the model's). Every value is the median over the\n"
+    "ranks, so every rank plans the same. Without mpirun (or without MPI in this build)\n"
+    "the link is not measured: give it to gradcodec plan with --bandwidth.",
     "examples:\n"
     "  gradcodec calibrate --out here.json\n"
     "  mpirun -np 4 gradcodec calibrate --codecs minmax:bits=4,topk --out profile.json\n"
