@@ -14,7 +14,8 @@ A run is named by a string:
   ``gradcodec.torch.OuterSync`` synchronises it (docs/outer.md) with Δ encoded by SPEC
   (``dense``: uncompressed). Keys: ``H`` (sync_every), ``P`` (fragments), ``tau``
   (delay), ``lr``, ``momentum``, ``nesterov``, ``mix``, ``K`` (participants), ``steps``
-  (this run's budget and learning-rate schedule instead of the task's); the
+  (this run's budget and learning-rate schedule instead of the task's), ``switch``
+  (switch_interval; ``none`` leaves the interpreter's); the
   defaults: outer Nesterov SGD with lr 1 and momentum 0.5 (``outer/H=50/minmax:bits=4``);
 - anything else: a gradcodec spec through ``gradcodec.torch.hook`` with the hook's
   defaults; ``SPEC@key=value,...`` sets ``HookState`` options (``qsgd@error_feedback=1``).
@@ -42,7 +43,7 @@ BASELINE = "fp32"
 COMPUTE = "compute"  # no communication at all: each rank trains its own copy
 _OUTER_KEYS = {"H": "sync_every", "P": "fragments", "tau": "delay", "lr": "lr",
                "momentum": "momentum", "nesterov": "nesterov", "mix": "mix",
-               "K": "participants", "steps": "steps"}
+               "K": "participants", "steps": "steps", "switch": "switch_interval"}
 # Outer Nesterov SGD; lr 1 and momentum 0.5 trained best on examples/outer_chars.py at H=50
 # (DiLoCo's 0.7 and 0.9: +6.4 % against +2.7 %, docs/outer.md).
 _OUTER_DEFAULTS = {"lr": 1.0, "momentum": 0.5, "nesterov": True}

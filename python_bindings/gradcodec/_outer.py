@@ -14,6 +14,7 @@ The engine is the C++ one (``gradcodec/comm/outer.hpp``) running over the proces
 through :class:`gradcodec._torch_transport.TorchTransport`, so a torch job moves and
 computes exactly the bytes a C++ job does, and θ_global is bit-identical on every rank."""
 
+import sys
 from typing import Any, Dict, Iterable, List, Optional, Union
 
 import numpy as np
@@ -35,7 +36,11 @@ class OuterSync:
     makes for them), lr, momentum, nesterov (the outer SGD), participants (K
     ranks drawn per sync, 0 = all), seed, strategy and error_feedback (the allreduce's;
     error feedback None follows the codec's bounds), process_group, threads (the
-    library's CPU threads; default torch.get_num_threads()).
+    library's CPU threads; default torch.get_num_threads()). switch_interval: while a
+    delayed sync is in flight, the interpreter's thread switch interval in seconds (the
+    reduction's collectives are Python calls from the engine's thread, each waiting for
+    the training thread to let go of the GIL: every 5 ms by default), restored when the
+    sync lands; None leaves it alone.
 
     spec="auto": the codec and strategy of Δ are chosen by the planner (docs/planner.md)
     among ``candidates`` (the codecs you accept for Δ; the uncompressed mean and bf16 are
@@ -53,7 +58,11 @@ class OuterSync:
                  strategy: Optional[str] = None, error_feedback: Optional[bool] = None,
                  process_group: Optional[Any] = None, threads: Optional[int] = None,
                  candidates: Optional[List[Any]] = None, profile: Optional[Any] = None,
-                 margin: float = 0.05):
+                 margin: float = 0.05, switch_interval: Optional[float] = 1e-4):
+        if switch_interval is not None and not switch_interval > 0:
+            raise ValueError("OuterSync: switch_interval must be > 0 seconds or None")
+        self._switch_interval = switch_interval
+        self._saved_switch: Optional[float] = None  # the interval to restore after a sync
         if isinstance(params, torch.nn.Module):
             params = params.parameters()
         self.params: List[torch.Tensor] = [p for p in params]
@@ -142,7 +151,10 @@ class OuterSync:
         due = self._engine.due
         if due:
             self._gather()
-        changed = self._engine.step(self._flat)
+        try:
+            changed = self._engine.step(self._flat)
+        finally:
+            self._follow_flight()
         self.peak_sync_bytes = max(self.peak_sync_bytes, self._engine.last_sync_bytes)
         if changed:
             self._scatter()
@@ -150,7 +162,26 @@ class OuterSync:
 
     def settle(self) -> None:
         """Waits for a sync in flight (delay > 0)."""
-        self._engine.settle()
+        try:
+            self._engine.settle()
+        finally:
+            self._follow_flight()
+
+    def __del__(self) -> None:
+        saved = getattr(self, "_saved_switch", None)
+        if saved is not None:  # dropped with a sync in flight
+            sys.setswitchinterval(saved)
+
+    def _follow_flight(self) -> None:
+        """Shortens the interpreter's switch interval while a sync is in flight, restores
+        it once none is."""
+        flying = self._engine.in_flight
+        if flying and self._switch_interval is not None and self._saved_switch is None:
+            self._saved_switch = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._saved_switch, self._switch_interval))
+        elif not flying and self._saved_switch is not None:
+            sys.setswitchinterval(self._saved_switch)
+            self._saved_switch = None
 
     def load_global(self, into: Optional[Union[torch.nn.Module, Iterable[torch.Tensor]]] = None
                     ) -> None:

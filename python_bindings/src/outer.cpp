@@ -155,6 +155,12 @@ void register_outer(nb::module_& m) {
       .def_prop_ro("steps", [](const outer_sync& o) { return o.state().step; })
       .def_prop_ro("rounds", [](const outer_sync& o) { return o.state().rounds; })
       .def_prop_ro("pending", [](const outer_sync& o) { return o.state().pending_fragment; })
+      .def_prop_ro(
+          "in_flight",
+          [](const outer_sync& o) {
+            return o.state().pending_fragment >= 0 && !o.state().pending_ready;
+          },
+          "Whether a reduction was started and not yet waited for.")
       .def_prop_ro("bytes_sent", [](outer_sync& o) { return o.times().bytes_sent; })
       .def_prop_ro("bytes_received", [](outer_sync& o) { return o.times().bytes_received; })
       .def_prop_ro("collectives", [](outer_sync& o) { return o.times().collectives; })

@@ -4,6 +4,7 @@ library's thread communicators), H = 1 dense equals DDP, checkpoint and resume, 
 same error on every rank for a non-finite Δ and for a rank with another configuration."""
 
 import os
+import sys
 import tempfile
 import threading
 from datetime import timedelta
@@ -184,9 +185,13 @@ def behaviour_worker(rank, world, init_file, out_dir):
                     nesterov=True, threads=1)
         params = [p.clone() for p in initial()]
         whole = gct.OuterSync(params, **args)
+        before, seen = sys.getswitchinterval(), set()
         for t in range(STEPS):
             inner_step(params, rank, t)
             whole.step()
+            seen.add((whole._engine.in_flight, sys.getswitchinterval()))
+        whole.settle()
+        out["switch"] = (before, sorted(seen), sys.getswitchinterval())
         whole_state = whole.state_dict()["engine"]
         params = [p.clone() for p in initial()]
         first = gct.OuterSync(params, **args)
@@ -206,6 +211,18 @@ def behaviour_worker(rank, world, init_file, out_dir):
             inner_step(params, rank, t)
             second.step()
         out["resumed"] = second.state_dict()["engine"] == whole_state
+        second.settle()
+        # Dropped with a sync in flight: the interval is restored too.
+        params = [p.clone() for p in initial()]
+        dropped = gct.OuterSync(params, **args)
+        t = 0
+        while not dropped._engine.in_flight:
+            inner_step(params, rank, t)
+            dropped.step()
+            t += 1
+        lowered = sys.getswitchinterval()
+        del dropped
+        out["dropped"] = (lowered, sys.getswitchinterval(), before)
 
         # A NaN in rank 2's parameters: every rank raises at the same step.
         params = [p.clone() for p in initial()]
@@ -243,6 +260,13 @@ def test_outer_sync_equals_ddp_resumes_and_fails_alike():
         # order: equal up to float32 rounding of parameters of size ~1.
         assert out["ddp_difference"] < 1e-6, (rank, out["ddp_difference"])
         assert out["resumed"], rank
+        # The switch interval is 1e-4 s exactly while a sync is in flight, and restored.
+        before, seen, after = out["switch"]
+        assert [flying for flying, _ in seen] == [False, True], (rank, seen)
+        assert seen[0][1] == before and seen[1][1] == pytest.approx(1e-4), (rank, seen)
+        assert after == before, rank
+        lowered, restored, before = out["dropped"]
+        assert lowered == pytest.approx(1e-4) and restored == before, (rank, out["dropped"])
     nonfinite = {out["nonfinite"] for out in runs.values()}
     assert len(nonfinite) == 1, nonfinite
     step, code, message = nonfinite.pop()
