@@ -4,6 +4,7 @@
 #include "comm/src/chunks.hpp"
 
 #include "gradcodec/blocks/codec_traits.hpp"
+#include "gradcodec/powersgd.hpp"
 
 namespace gradcodec::comm::detail {
 
@@ -21,6 +22,17 @@ range chunk_of(std::uint64_t len, std::uint64_t unit, int world, int c) noexcept
 
 std::uint64_t unit_of(const codec_spec& spec) noexcept {
   return blocks::traits_of(spec.id).bucketed ? spec.bucket : 1;
+}
+
+powersgd_factors powersgd_factors_of(const codec_spec& spec, std::uint64_t rows,
+                                     std::uint64_t n) noexcept {
+  powersgd_factors f;
+  if (rows == 0 || n == 0) return f;
+  f.rows = rows;
+  f.cols = n / rows;
+  f.compressed = powersgd_compresses(spec, f.rows, f.cols);
+  f.rank = f.compressed ? powersgd_rank(spec, f.rows, f.cols) : 0;
+  return f;
 }
 
 void powersgd_pieces(std::uint64_t n, std::uint64_t whole_rows,

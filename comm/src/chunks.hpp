@@ -36,4 +36,14 @@ struct segment {
 void powersgd_pieces(std::uint64_t n, std::uint64_t whole_rows,
                      std::span<const tensor_slot> tensors, std::vector<tensor_slot>& out);
 
+//! How PowerSGD sends a piece of n elements with `rows` rows: factorised (P rows x rank,
+//! Q cols x rank) when compressed, else as its values.
+struct powersgd_factors {
+  bool compressed = false;
+  std::uint64_t rows = 0, cols = 0;
+  std::uint32_t rank = 0;
+};
+powersgd_factors powersgd_factors_of(const codec_spec& spec, std::uint64_t rows,
+                                     std::uint64_t n) noexcept;
+
 }  // namespace gradcodec::comm::detail

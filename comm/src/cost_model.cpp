@@ -237,18 +237,17 @@ struct segment_model {
     double half = 0, finish = 0;
     std::uint64_t p_total = 0, q_total = 0;
     for (const tensor_slot& t : pieces) {
-      const std::uint64_t cols = t.rows == 0 ? 0 : t.n / t.rows;
-      if (t.rows == 0 || !powersgd_compresses(c.spec, t.rows, cols)) {
+      const detail::powersgd_factors f = detail::powersgd_factors_of(c.spec, t.rows, t.n);
+      if (!f.compressed) {
         half += at(cp.copy, t.n) / 2;  // into the reduction's values, and back
         finish += at(cp.copy, t.n);
         p_total += t.n;
         continue;
       }
-      const std::uint32_t r = powersgd_rank(c.spec, t.rows, cols);
       half += worker_encode(t.n) / 2;
       finish += at(costs->decode, t.n);
-      p_total += t.rows * r;
-      q_total += cols * r;
+      p_total += f.rows * f.rank;
+      q_total += f.cols * f.rank;
     }
     p.work(half);
     dense_reduction(p, p_total);
@@ -258,6 +257,34 @@ struct segment_model {
     return p;
   }
 };
+
+//! Replays the call's segments of n elements on t and returns what pipelining hides: it
+//! overlaps the encode of a segment with the transfer of the one before, so the first
+//! segment's compute and the last one's transfer stay exposed.
+double run_segments(const segment_model& model, timeline& t, std::uint64_t n, double overlap) {
+  const candidate& c = model.c;
+  const std::uint64_t unit = c.uncompressed ? 1 : unit_of(c.spec);
+  const std::uint64_t seg =
+      c.segment_elements == 0 ? n : std::min(n, (c.segment_elements + unit - 1) / unit * unit);
+  const std::uint64_t full = n / seg, rest = n % seg;
+  const program one = model.run(seg);
+  double first_compute = 0, last_transfer = 0;
+  for (std::uint64_t i = 0; i < full; ++i) {
+    const double before = t.compute, sent_before = t.transfer;
+    t.run(one);
+    if (i == 0) first_compute = t.compute - before;
+    last_transfer = t.transfer - sent_before;
+  }
+  if (rest != 0) {
+    const double sent_before = t.transfer;
+    t.run(model.run(rest));
+    last_transfer = t.transfer - sent_before;
+  }
+  if (!c.pipeline || full + (rest != 0 ? 1 : 0) <= 1) return 0;
+  const double exposed_compute = t.compute - first_compute;
+  const double exposed_transfer = t.transfer - last_transfer;
+  return overlap * std::max(0.0, std::min(exposed_compute, exposed_transfer));
+}
 
 }  // namespace
 
@@ -373,43 +400,13 @@ result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int 
     } else {
       for (const tensor_slot& piece : pieces) t.run(model.run(piece.n, piece.rows));
     }
-    out.compute_s = t.compute;
-    out.transfer_s += t.transfer;
-    out.wire_bytes = t.wire;
-    out.collectives += t.collectives;
-    out.total_s = out.compute_s + out.transfer_s;
-    return out;
-  }
-
-  const bool one_segment = c.segment_elements == 0;
-  const std::uint64_t unit = c.uncompressed ? 1 : unit_of(c.spec);
-  const std::uint64_t seg =
-      one_segment ? n : std::min(n, (c.segment_elements + unit - 1) / unit * unit);
-  const std::uint64_t full = n / seg, rest = n % seg;
-  const program one = model.run(seg);
-  double first_compute = 0, last_transfer = 0;
-  for (std::uint64_t i = 0; i < full; ++i) {
-    const double before = t.compute, sent_before = t.transfer;
-    t.run(one);
-    if (i == 0) first_compute = t.compute - before;
-    last_transfer = t.transfer - sent_before;
-  }
-  if (rest != 0) {
-    const double sent_before = t.transfer;
-    t.run(model.run(rest));
-    last_transfer = t.transfer - sent_before;
+  } else {
+    out.hidden_s = run_segments(model, t, n, p.link.overlap);
   }
   out.compute_s = t.compute;
   out.transfer_s += t.transfer;
   out.wire_bytes = t.wire;
   out.collectives += t.collectives;
-  // Pipelining overlaps the encode of a segment with the transfer of the one before: the
-  // first segment's compute and the last one's transfer stay exposed.
-  if (c.pipeline && full + (rest != 0 ? 1 : 0) > 1) {
-    const double exposed_compute = t.compute - first_compute;
-    const double exposed_transfer = t.transfer - last_transfer;
-    out.hidden_s = p.link.overlap * std::max(0.0, std::min(exposed_compute, exposed_transfer));
-  }
   out.total_s = out.compute_s + out.transfer_s - out.hidden_s;
   return out;
 }

@@ -98,6 +98,31 @@ std::vector<gc::codec_spec> every_codec() {
   return v;
 }
 
+//! What one allreduce call of `cfg` over W thread ranks hands to the communicator: the
+//! bytes of the rank sending most and the collectives of rank 0 (the cost model's
+//! wire_bytes and collectives). rows: the input's PowerSGD matrix rows.
+struct counted {
+  std::uint64_t wire = 0, collectives = 0;
+};
+counted count_a_call(int world, gcc::allreduce_config cfg, std::uint64_t n, std::uint64_t rows) {
+  cfg.where = gc::backend::reference;
+  std::vector<std::uint64_t> wire(static_cast<std::size_t>(world)),
+      calls(static_cast<std::size_t>(world));
+  auto st = gcc::run_threads(world, [&](gcc::communicator& inner) -> status {
+    counting_communicator comm(inner);
+    std::vector<float> g = make_grad(n, comm.rank(), 0, 1.0f), out(n);
+    gcc::allreduce_state state;
+    gcc::workspace ws;
+    const gc::const_tensor_view in{g.data(), n, gc::dtype::f32, rows};
+    status s = gcc::allreduce(comm, cfg, {1, 0, 0}, in, gc::view(out), state, ws);
+    wire[static_cast<std::size_t>(comm.rank())] = comm.wire;
+    calls[static_cast<std::size_t>(comm.rank())] = comm.collectives;
+    return s;
+  });
+  EXPECT_TRUE(all_ok(st)) << messages(st);
+  return {*std::max_element(wire.begin(), wire.end()), calls[0]};
+}
+
 // For every codec, strategy, segment length and rank count, the model's bytes and
 // collectives are those the strategy hands to the communicator (the rank sending most).
 TEST(CostModel, WireBytesAndCollectivesMatchTheStrategies) {
@@ -117,27 +142,12 @@ TEST(CostModel, WireBytesAndCollectivesMatchTheStrategies) {
         SCOPED_TRACE(gcc::describe(c) + " W=" + std::to_string(world) + " n=" + std::to_string(n));
         auto predicted = gcc::predict(c, n, world, profile);
         ASSERT_TRUE(predicted.ok()) << predicted.error().message();
-        std::vector<std::uint64_t> wire(static_cast<std::size_t>(world)),
-            calls(static_cast<std::size_t>(world));
         // PowerSGD factorises the flat bucket as the model does: a near-square matrix.
         const std::uint64_t rows =
             c.spec.id == gc::codec_id::powersgd ? gc::powersgd_square_rows(n) : 0;
-        auto st = gcc::run_threads(world, [&](gcc::communicator& inner) -> status {
-          counting_communicator comm(inner);
-          gcc::allreduce_config cfg = gcc::config_of(c);
-          cfg.where = gc::backend::reference;
-          std::vector<float> g = make_grad(n, comm.rank(), 0, 1.0f), out(n);
-          gcc::allreduce_state state;
-          gcc::workspace ws;
-          const gc::const_tensor_view in{g.data(), n, gc::dtype::f32, rows};
-          status s = gcc::allreduce(comm, cfg, {1, 0, 0}, in, gc::view(out), state, ws);
-          wire[static_cast<std::size_t>(comm.rank())] = comm.wire;
-          calls[static_cast<std::size_t>(comm.rank())] = comm.collectives;
-          return s;
-        });
-        ASSERT_TRUE(all_ok(st)) << messages(st);
-        EXPECT_EQ(predicted.value().wire_bytes, *std::max_element(wire.begin(), wire.end()));
-        EXPECT_EQ(predicted.value().collectives, calls[0]);
+        const counted sent = count_a_call(world, gcc::config_of(c), n, rows);
+        EXPECT_EQ(predicted.value().wire_bytes, sent.wire);
+        EXPECT_EQ(predicted.value().collectives, sent.collectives);
       }
     }
   }
@@ -163,26 +173,11 @@ TEST(CostModel, PowerSgdTensorsMatchTheStrategies) {
       auto square = gcc::predict(c, n, world, profile);
       ASSERT_TRUE(square.ok());
       EXPECT_NE(predicted.value().wire_bytes, square.value().wire_bytes);
-      std::vector<std::uint64_t> wire(static_cast<std::size_t>(world)),
-          calls(static_cast<std::size_t>(world));
-      auto st = gcc::run_threads(world, [&](gcc::communicator& inner) -> status {
-        counting_communicator comm(inner);
-        gcc::allreduce_config cfg = gcc::config_of(c);
-        cfg.where = gc::backend::reference;
-        cfg.tensors = tensors;
-        std::vector<float> g = make_grad(n, comm.rank(), 0, 1.0f), out(n);
-        gcc::allreduce_state state;
-        gcc::workspace ws;
-        status s = gcc::allreduce(comm, cfg, {1, 0, 0},
-                                  gc::const_tensor_view{g.data(), n, gc::dtype::f32, 0},
-                                  gc::view(out), state, ws);
-        wire[static_cast<std::size_t>(comm.rank())] = comm.wire;
-        calls[static_cast<std::size_t>(comm.rank())] = comm.collectives;
-        return s;
-      });
-      ASSERT_TRUE(all_ok(st)) << messages(st);
-      EXPECT_EQ(predicted.value().wire_bytes, *std::max_element(wire.begin(), wire.end()));
-      EXPECT_EQ(predicted.value().collectives, calls[0]);
+      gcc::allreduce_config cfg = gcc::config_of(c);
+      cfg.tensors = tensors;
+      const counted sent = count_a_call(world, cfg, n, 0);
+      EXPECT_EQ(predicted.value().wire_bytes, sent.wire);
+      EXPECT_EQ(predicted.value().collectives, sent.collectives);
     }
   // Slots the call would refuse are refused here too.
   const std::vector<gcc::tensor_slot> overlapping = {{0, 64, 8}, {32, 64, 8}};

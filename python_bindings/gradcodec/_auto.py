@@ -18,9 +18,10 @@ collective at the same step on every rank, and the update is computed from the s
 gathered values, so the ranks' profiles and plans stay identical."""
 
 import json
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _gradcodec as _gc
+from . import _hook_plan as _plan
 
 # The codecs that kept the convergence suite's targets in both tasks (docs/python.md,
 # "Convergence"); a user passes their own list with candidates=[...].
@@ -70,19 +71,6 @@ def hook_strategy(row: Dict[str, Any], allowed) -> Optional[str]:
     return name
 
 
-def powersgd_tensors(shapes: Sequence[Sequence[int]]) -> List[Tuple[int, int, int]]:
-    """(offset, numel, rows) of the parameters the hook's PowerSGD views as matrices."""
-    out, offset = [], 0
-    for shape in shapes:
-        numel = 1
-        for d in shape:
-            numel *= int(d)
-        if len(shape) >= 2 and numel > 0:
-            out.append((offset, numel, int(shape[0])))
-        offset += numel
-    return out
-
-
 class Planner:
     """The plans of one HookState(spec="auto"): one per (bucket index, element count)."""
 
@@ -120,11 +108,12 @@ class Planner:
                                      in_call_segment=0)
 
     def choose(self, index: int, numel: int, world: int, allowed,
-               shapes: Sequence[Sequence[int]] = ()) -> Dict[str, Any]:
+               shapes: Callable[[], Sequence[Sequence[int]]] = tuple) -> Dict[str, Any]:
         """The plan of a bucket: the chosen row, the hook's strategy for it, the reason.
         The library's strategies the hook has no path for are excluded from the plan.
-        shapes: the bucket's parameter shapes in buffer order; PowerSGD is predicted on
-        the ones the hook factorises (two or more dimensions)."""
+        shapes: gives the bucket's parameter shapes in buffer order (called only when the
+        bucket is planned); PowerSGD is predicted on the ones the hook factorises (two or
+        more dimensions)."""
         key = (index, numel)
         if key in self.plans:
             return self.plans[key]
@@ -134,7 +123,7 @@ class Planner:
         planned = _gc.plan(self.profile, numel, world, [c.spec for c in self.candidates],
                            segments=[0], margin=self.margin, try_pipelining=False,
                            transport_allreduce=True, exclude=excluded,
-                           tensors=powersgd_tensors(shapes))
+                           tensors=_plan.powersgd_tensors(shapes()))
         rows = planned["rows"]
         row = rows[planned["chosen"]]
         strategy = hook_strategy(row, allowed)

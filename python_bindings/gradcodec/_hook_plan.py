@@ -2,7 +2,8 @@
 """How the DDP hook splits a bucket: segments that are compressed with the codec and
 segments that travel dense, with the tensor ids that key their random numbers."""
 
-from typing import Any, List, Tuple
+import math
+from typing import Any, List, Sequence, Tuple
 
 
 class Segment:
@@ -39,9 +40,7 @@ def segments(shapes, index: int, *, per_tensor: bool, compress_1d: bool,
     out: List[Segment] = []
     offset = 0
     for position, shape in enumerate(shapes):
-        numel = 1
-        for d in shape:
-            numel *= int(d)
+        numel = math.prod(shape)
         if numel == 0:
             continue
         dense = (len(shape) <= 1 and not compress_1d) or numel < min_numel
@@ -53,5 +52,17 @@ def segments(shapes, index: int, *, per_tensor: bool, compress_1d: bool,
             last.rows = 0
         else:
             out.append(Segment(offset, numel, rows, not dense, tensor_id(index, position)))
+        offset += numel
+    return out
+
+
+def powersgd_tensors(shapes: Sequence[Sequence[int]]) -> List[Tuple[int, int, int]]:
+    """(offset, numel, rows) of the parameters the hook's PowerSGD views as matrices (two
+    or more dimensions), for the planner."""
+    out, offset = [], 0
+    for shape in shapes:
+        numel = math.prod(shape)
+        if len(shape) >= 2 and numel > 0:
+            out.append((offset, numel, int(shape[0])))
         offset += numel
     return out

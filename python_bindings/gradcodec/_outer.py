@@ -241,10 +241,13 @@ class OuterSync:
         """The engine's state (θ_global, outer momentum, residuals, counters, a settled
         sync in flight) as the library's checksummed bytes. The inner optimizer's and the
         model's own state are the caller's to save."""
-        return {"version": _STATE_VERSION, "engine": self._engine.save()}
+        saved = self._engine.save()  # settles a sync in flight
+        self._follow_flight()
+        return {"version": _STATE_VERSION, "engine": saved}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         if state.get("version") != _STATE_VERSION:
             raise ValueError(f"OuterSync: state version {state.get('version')}, "
                              f"expected {_STATE_VERSION}")
         self._engine.load(np.frombuffer(state["engine"], dtype=np.uint8))
+        self._follow_flight()  # a loaded state has no sync in flight

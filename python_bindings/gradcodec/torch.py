@@ -323,7 +323,8 @@ class HookState:
         if bucket.is_last() and auto.replan_every and self.step > 0 and \
                 self.step % auto.replan_every == 0:
             auto.replan(self.process_group)
-        plan = auto.choose(index, numel, world, _strategy_allowed, _plan.layout(bucket)[2])
+        plan = auto.choose(index, numel, world, _strategy_allowed,
+                           lambda: _plan.layout(bucket)[2])
         sub = self._sub_state((plan["row"]["spec"], plan["strategy"]))
         sub.step = self.step
         if bucket.is_last():

@@ -213,9 +213,9 @@ def test_auto_predicts_powersgd_on_the_buckets_matrices():
     is given those shapes, and its predicted bytes are the hook's two ring allreduces (all
     P factors beside the 1-D parameters, then all Q factors) of model()'s parameters."""
     import torch.multiprocessing as mp
-    from gradcodec import _auto
+    from gradcodec import _hook_plan
     shapes = [tuple(p.shape) for p in model().parameters()]  # 256x64, 256, 64x256, 64
-    assert _auto.powersgd_tensors(shapes) == [(0, 16384, 256), (16640, 16384, 64)]
+    assert _hook_plan.powersgd_tensors(shapes) == [(0, 16384, 256), (16640, 16384, 64)]
     psgd = gc.Codec("powersgd", rank=4)
     p = json.loads(gc._gradcodec.measure_codec_costs([psgd.spec], small=1024, large=16384,
                                                       seconds=0.001))
@@ -237,7 +237,7 @@ def test_auto_predicts_powersgd_on_the_buckets_matrices():
     q_values = 64 * ranks[0] + 256 * ranks[1]
     ring = lambda nbytes: 2 * (world - 1) * nbytes // world  # noqa: E731
     expected = ring(4 * p_values) + ring(4 * q_values)
-    assert powersgd_wire(_auto.powersgd_tensors(shapes)) == expected
+    assert powersgd_wire(_hook_plan.powersgd_tensors(shapes)) == expected
     assert powersgd_wire([]) != expected  # one near-square matrix of the bucket instead
     # The hook hands its bucket's shapes to the planner.
     with tempfile.TemporaryDirectory() as tmp:

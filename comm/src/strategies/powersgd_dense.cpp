@@ -17,30 +17,10 @@
 
 namespace gradcodec::comm::detail {
 
-namespace {
-
-struct factor {
-  bool compressed = false;
-  std::uint64_t rows = 0, cols = 0;
-  std::uint32_t rank = 0;
-};
-
-factor factor_of(const codec_spec& spec, const segment& g) {
-  factor f;
-  if (g.rows == 0 || g.len == 0) return f;
-  f.rows = g.rows;
-  f.cols = g.len / g.rows;
-  f.compressed = powersgd_compresses(spec, f.rows, f.cols);
-  f.rank = f.compressed ? powersgd_rank(spec, f.rows, f.cols) : 0;
-  return f;
-}
-
-}  // namespace
-
 std::uint64_t powersgd_q_size(const codec_spec& spec, std::span<const tensor_slot> pieces) {
   std::uint64_t q = 0;
   for (const auto& p : pieces) {
-    const factor f = factor_of(spec, {p.offset, p.n, p.rows});
+    const powersgd_factors f = powersgd_factors_of(spec, p.rows, p.n);
     if (f.compressed) q += f.cols * f.rank;
   }
   return q;
@@ -51,7 +31,7 @@ status run_powersgd_dense(run& r) {
   std::uint64_t p_total = 0, dense_total = 0, q_total = 0;
   for (std::uint64_t t = 0; t < r.segments; ++t) {
     const segment g = r.seg(t);
-    const factor f = factor_of(spec, g);
+    const powersgd_factors f = powersgd_factors_of(spec, g.rows, g.len);
     if (f.compressed) {
       p_total += f.rows * f.rank;
       q_total += f.cols * f.rank;
@@ -68,7 +48,7 @@ status run_powersgd_dense(run& r) {
     std::uint64_t p_at = 0, q_at = 0, d_at = p_total;
     for (std::uint64_t t = 0; t < r.segments && !r.failed(); ++t) {
       const segment g = r.seg(t);
-      const factor f = factor_of(spec, g);
+      const powersgd_factors f = powersgd_factors_of(spec, g.rows, g.len);
       fn(t, g, f, p_at, q_at, d_at);
       if (f.compressed) {
         p_at += f.rows * f.rank;
@@ -83,7 +63,7 @@ status run_powersgd_dense(run& r) {
   // other tensors' values go beside the P factors.
   if (!r.failed()) {
     timer t(r.times, &phase_times::encode_s);
-    for_each([&](std::uint64_t ti, const segment& g, const factor& f, std::uint64_t p_at,
+    for_each([&](std::uint64_t ti, const segment& g, const powersgd_factors& f, std::uint64_t p_at,
                  std::uint64_t q_at, std::uint64_t d_at) {
       if (!f.compressed) {
         if (auto st = r.mem.to_f32(slice(r.in, g.offset, g.len), 1.0f, values + d_at); !st.ok())
@@ -112,12 +92,12 @@ status run_powersgd_dense(run& r) {
     timer t(r.times, &phase_times::encode_s);
     auto& batch = r.ws.powersgd.matrices;
     batch.clear();
-    for_each([&](std::uint64_t, const segment&, const factor& f, std::uint64_t p_at, std::uint64_t,
-                 std::uint64_t) {
+    for_each([&](std::uint64_t, const segment&, const powersgd_factors& f, std::uint64_t p_at,
+                 std::uint64_t, std::uint64_t) {
       if (f.compressed) batch.push_back({{values + p_at, f.rows * f.rank}, f.rows, f.rank});
     });
     if (auto st = powersgd_orthogonalize_batch(batch, spec.eps, opt); !st.ok()) r.fail(st);
-    for_each([&](std::uint64_t, const segment& g, const factor& f, std::uint64_t p_at,
+    for_each([&](std::uint64_t, const segment& g, const powersgd_factors& f, std::uint64_t p_at,
                  std::uint64_t q_at, std::uint64_t) {
       if (!f.compressed) return;
       if (auto st = powersgd_project_q(spec, {values + p_at, f.rows * f.rank},
@@ -130,7 +110,7 @@ status run_powersgd_dense(run& r) {
   if (auto st = dense_reduce(r, q, q_total, q_total, 1.0f, 1.0f); !st.ok()) return st;
   if (r.failed()) return {};
   timer t(r.times, &phase_times::decode_s);
-  for_each([&](std::uint64_t, const segment& g, const factor& f, std::uint64_t p_at,
+  for_each([&](std::uint64_t, const segment& g, const powersgd_factors& f, std::uint64_t p_at,
                std::uint64_t q_at, std::uint64_t d_at) {
     const tensor_view out = slice(r.out, g.offset, g.len, g.rows);
     if (!f.compressed) {
