@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! The configuration check at the start of every call: one allreduce(max) over the fields
-//! and their bitwise complements gives every rank the maximum and the minimum of each
-//! field, so all ranks see the same disagreement and return the same error.
+//! The checks at the start of every call: each field set travels as a digest and each
+//! failure word as its complement in one allreduce(max), so every rank learns the same
+//! minima and maxima and returns the same error; a differing digest sends its fields.
 #include <string>
 
 #include "comm/src/agreement.hpp"
 #include "comm/src/buffers.hpp"
 #include "comm/src/collectives.hpp"
+#include "comm/src/contexts.hpp"
 
 namespace gradcodec::comm::detail {
 
@@ -58,47 +59,113 @@ std::string_view reason_text(local_reason r) noexcept {
   return "unknown reason";
 }
 
-status agree(communicator& c, memory_ops& mem, buffer& staging, const agreement& a,
-             phase_times* times) {
-  timer t(times, &phase_times::agree_s);
-  constexpr int total = field_count + 1;
-  std::uint64_t v[2 * total];
-  for (int f = 0; f < field_count; ++f) v[f] = a.fields[f];
-  v[field_count] = a.local_failure;
-  for (int f = 0; f < total; ++f) v[total + f] = ~v[f];
+status disagreement(std::string_view who, std::string_view field, std::string_view lo,
+                    std::string_view hi) {
+  std::string m = std::string(who).append(": ranks disagree on ").append(field);
+  if (lo.empty() && hi.empty())
+    m.append(" (values differ)");
+  else
+    m.append(" (min ").append(lo).append(", max ").append(hi).append(")");
+  return {status_code::comm_error, m};
+}
+
+status rank_failure(std::string_view who, std::uint64_t failure, std::string_view what,
+                    std::string_view reason) {
+  return {status_code::comm_error, std::string(who)
+                                       .append(": rank ")
+                                       .append(std::to_string(failure >> 16))
+                                       .append(" cannot run this ")
+                                       .append(what)
+                                       .append(": ")
+                                       .append(reason)};
+}
+
+void call_checks(const agreement& a, check out[2]) noexcept {
+  out[0] = {{},
+            a.local_failure,
+            [](int, std::uint64_t failure, std::uint64_t, std::uint64_t) {
+              return rank_failure("allreduce", failure, "call",
+                                  reason_text(static_cast<local_reason>(failure & 0xFFFF)));
+            },
+            0};
+  out[1] = {a.fields, no_failure,
+            [](int f, std::uint64_t lo, std::uint64_t hi, std::uint64_t) {
+              if (names[f].hashed) return disagreement("allreduce", names[f].text, {}, {});
+              return disagreement("allreduce", names[f].text, describe(f, lo), describe(f, hi));
+            },
+            0};
+}
+
+namespace {
+
+std::uint64_t digest(std::span<const std::uint64_t> fields) noexcept {
+  std::uint64_t h = splitmix64(fields.size());
+  for (const std::uint64_t v : fields) h = splitmix64(h ^ v);
+  return h;
+}
+
+//! allreduce(max) of `count` words through the staging buffer, in place.
+status reduce_max(communicator& c, memory_ops& mem, buffer& staging, std::uint64_t* v,
+                  std::size_t count, phase_times* times) {
+  const std::size_t bytes = count * sizeof(std::uint64_t);
   if (times) {
-    times->bytes_sent += sizeof v;
-    times->bytes_received += sizeof v;
+    times->bytes_sent += bytes;
+    times->bytes_received += bytes;
     times->collectives += 1;
   }
   // Through the communicator's memory (a device buffer for NCCL).
-  std::byte* at = staging.reserve(sizeof v, mem);
-  if (auto st = mem.upload(at, v, sizeof v); !st.ok()) return st;
-  if (auto st = c.allreduce(at, at, 2 * total, element_type::u64, reduce_op::max); !st.ok())
-    return st;
-  if (auto st = mem.download(v, at, sizeof v); !st.ok()) return st;
-  const std::uint64_t failure = ~v[total + field_count];  // the minimum: lowest failing rank
-  if (failure != ~std::uint64_t{0}) {
-    const std::uint64_t rank = failure >> 16;
-    const auto reason = static_cast<local_reason>(failure & 0xFFFF);
-    return {status_code::comm_error, std::string("allreduce: rank ")
-                                         .append(std::to_string(rank))
-                                         .append(" cannot run this call: ")
-                                         .append(reason_text(reason))};
+  std::byte* at = staging.reserve(bytes, mem);
+  if (auto st = mem.upload(at, v, bytes); !st.ok()) return st;
+  if (auto st = c.allreduce(at, at, count, element_type::u64, reduce_op::max); !st.ok()) return st;
+  return mem.download(v, at, bytes);
+}
+
+}  // namespace
+
+status agree(communicator& c, memory_ops& mem, buffer& staging, std::span<const check> checks,
+             phase_times* times) {
+  timer t(times, &phase_times::agree_s);
+  if (checks.size() > max_checks)
+    return {status_code::internal_error, "agreement: more checks than it holds"};
+  // Round 1: a field set as its digest and the digest's complement (so every rank learns
+  // the digest's maximum and minimum), a failure word as its complement (its minimum).
+  std::uint64_t v[2 * max_fields];
+  std::size_t count = 0;
+  for (const check& k : checks) {
+    if (k.fields.size() > max_fields)
+      return {status_code::internal_error, "agreement: a check with more fields than it holds"};
+    if (k.fields.empty()) {
+      v[count++] = ~k.word;
+    } else {
+      const std::uint64_t d = digest(k.fields);
+      v[count++] = d;
+      v[count++] = ~d;
+    }
   }
-  for (int f = 0; f < field_count; ++f) {
-    const std::uint64_t hi = v[f], lo = ~v[total + f];
-    if (hi == lo) continue;
-    std::string m = std::string("allreduce: ranks disagree on ").append(names[f].text);
-    if (names[f].hashed)
-      m.append(" (values differ)");
-    else
-      m.append(" (min ")
-          .append(describe(f, lo))
-          .append(", max ")
-          .append(describe(f, hi))
-          .append(")");
-    return {status_code::comm_error, m};
+  if (auto st = reduce_max(c, mem, staging, v, count, times); !st.ok()) return st;
+  // The first failing check decides; every rank holds the same words, so every rank
+  // makes the same second round, if any.
+  std::size_t at = 0;
+  for (const check& k : checks) {
+    if (k.fields.empty()) {
+      const std::uint64_t lowest = ~v[at++];
+      if (lowest != no_failure) return k.error(-1, lowest, lowest, k.arg);
+      continue;
+    }
+    const bool alike = v[at] == ~v[at + 1];
+    at += 2;
+    if (alike) continue;
+    // Round 2: the set's fields and their complements name the field.
+    std::uint64_t f[2 * max_fields];
+    const std::size_t n = k.fields.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      f[i] = k.fields[i];
+      f[n + i] = ~k.fields[i];
+    }
+    if (auto st = reduce_max(c, mem, staging, f, 2 * n, times); !st.ok()) return st;
+    for (std::size_t i = 0; i < n; ++i)
+      if (f[i] != ~f[n + i]) return k.error(static_cast<int>(i), ~f[n + i], f[i], k.arg);
+    return {status_code::internal_error, "agreement: the digests differ but no field does"};
   }
   return {};
 }

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 //! @file
-//! The agreement every call starts with: one allreduce(max) of the configuration's
-//! fields and their complements, so every rank returns the same outcome.
+//! The agreement every call starts with: a list of checks every rank makes together, so
+//! every rank returns the same outcome. docs/comm.md, "The agreement", is the written form.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "comm/src/buffers.hpp"
@@ -12,15 +13,53 @@
 
 namespace gradcodec::comm::detail {
 
-//! The fingerprint check of docs/comm.md: one allreduce(max) of F fields and their
-//! complements; on disagreement every rank gets the same comm_error.
+inline constexpr std::uint64_t no_failure = ~std::uint64_t{0};
+
+//! One check of an agreement: a set of fields every rank must hold alike, or (no fields)
+//! a failure word whose minimum over the ranks names the first failure (all ones: none).
+struct check {
+  std::span<const std::uint64_t> fields;
+  std::uint64_t word = no_failure;
+  //! The error every rank returns when the check fails: for fields, the first field `f`
+  //! whose minimum `lo` and maximum `hi` differ; for a word, f = -1 and lo = hi = the
+  //! minimum. `arg` is the check's own (an inner step to name, say).
+  status (*error)(int f, std::uint64_t lo, std::uint64_t hi, std::uint64_t arg) = nullptr;
+  std::uint64_t arg = 0;
+};
+
+//! "<who>: ranks disagree on <field> (min <lo>, max <hi>)", or "(values differ)" when lo
+//! and hi are empty (a hashed field).
+status disagreement(std::string_view who, std::string_view field, std::string_view lo,
+                    std::string_view hi);
+//! "<who>: rank R cannot run this <what>: <reason>", R from a failure word (rank << 16).
+status rank_failure(std::string_view who, std::uint64_t failure, std::string_view what,
+                    std::string_view reason);
+
+//! The largest agreement: checks, and fields of one set.
+inline constexpr std::size_t max_checks = 8;
+inline constexpr std::size_t max_fields = 24;
+
+//! The checks in order, through `staging` in the communicator's memory `mem`: one
+//! allreduce(max) of a digest per field set and each failure word; a second one, of the
+//! set's fields, only when a digest differs (every rank sees that alike).
+status agree(communicator& c, memory_ops& mem, buffer& staging, std::span<const check> checks,
+             phase_times* times);
+
+//! The allreduce call's own fields (18 of them, docs/comm.md) and this rank's failure.
 struct agreement {
   std::uint64_t fields[18] = {};
-  std::uint64_t local_failure = ~std::uint64_t{0};  // (rank << 16) | reason, or all ones
+  std::uint64_t local_failure = no_failure;  // (rank << 16) | reason, or all ones
 };
-//! The allreduce runs through `staging` in the communicator's memory `mem`.
-status agree(communicator& c, memory_ops& mem, buffer& staging, const agreement& a,
-             phase_times* times);
+//! The call's two checks, failure first, on `a` (which must outlive them).
+void call_checks(const agreement& a, check out[2]) noexcept;
+
+//! The allreduce of allreduce.hpp with `prefix` checked first in the call's agreement: a
+//! caller with checks of its own (the outer synchronizer) makes one agreement, not two.
+//! The agreement runs whenever `prefix` is not empty, cfg.check_config or not.
+status allreduce_checked(communicator& world, const hierarchy* h, const allreduce_config& cfg,
+                         const context& ctx, const_tensor_view in, tensor_view out,
+                         allreduce_state& state, workspace& ws, phase_times* times,
+                         std::span<const check> prefix);
 
 //! Reason codes a rank reports in the agreement when its own checks fail.
 enum class local_reason : std::uint16_t {

@@ -233,17 +233,25 @@ result<call_layout> lay_out(communicator& world, const hierarchy* h, const allre
   return l;
 }
 
-//! The agreement (or, without check_config, this rank's own failure alone).
+//! The agreement: the caller's checks, then the call's (or, without check_config and
+//! nothing of the caller's to check, this rank's own failure alone).
 status agree_on_call(communicator& world, const hierarchy* h, const allreduce_config& cfg,
                      strategy resolved, const context& ctx, const_tensor_view in,
                      const allreduce_state& state, workspace& ws, phase_times* times,
-                     memory_ops& agree_mem, const local_failure& failure) {
-  if (!cfg.check_config) return failure ? failure->second : status{};
+                     memory_ops& agree_mem, const local_failure& failure,
+                     std::span<const check> prefix) {
+  if (!cfg.check_config && prefix.empty()) return failure ? failure->second : status{};
+  if (prefix.size() + 2 > max_checks)
+    return {status_code::internal_error, "allreduce: more checks than the agreement holds"};
   agreement a = fields_of(cfg, resolved, ctx, in, state, world.size(), h != nullptr);
   if (failure)
     a.local_failure = (static_cast<std::uint64_t>(world.rank()) << 16) |
                       static_cast<std::uint64_t>(failure->first);
-  return agree(world, agree_mem, ws.get().words, a, times);
+  check checks[max_checks];
+  std::copy(prefix.begin(), prefix.end(), checks);
+  call_checks(a, checks + prefix.size());
+  return agree(world, agree_mem, ws.get().words, std::span<const check>(checks, prefix.size() + 2),
+               times);
 }
 
 //! A hierarchical call after the agreement: the node's sum to its leader, the leaders'
@@ -317,7 +325,7 @@ status run_hierarchical(communicator& world, const hierarchy& h, const call_layo
 
 status entry(communicator& world, const hierarchy* h, const allreduce_config& cfg,
              const context& ctx, const_tensor_view in, tensor_view out, allreduce_state& state,
-             workspace& ws, phase_times* times) {
+             workspace& ws, phase_times* times, std::span<const check> prefix) {
   // 1. Where the call runs, and this rank's own checks.
   auto layout = lay_out(world, h, cfg);
   if (!layout) return layout.error();
@@ -339,8 +347,8 @@ status entry(communicator& world, const hierarchy* h, const allreduce_config& cf
                                  "allreduce: the state belongs to another configuration"}};
   }
   // 3. Every rank the same outcome, or none goes on.
-  if (auto st =
-          agree_on_call(world, h, cfg, resolved, ctx, in, state, ws, times, *l.agree_mem, failure);
+  if (auto st = agree_on_call(world, h, cfg, resolved, ctx, in, state, ws, times, *l.agree_mem,
+                              failure, prefix);
       !st.ok())
     return st;
   // 4. The state, in the stage's memory; a failure to move it travels in the block headers.
@@ -361,7 +369,7 @@ bool resolved_error_feedback(const allreduce_config& cfg) noexcept {
 status allreduce(communicator& comm, const allreduce_config& cfg, const context& ctx,
                  const_tensor_view in, tensor_view out, allreduce_state& state, workspace& ws,
                  phase_times* times) {
-  return entry(comm, nullptr, cfg, ctx, in, out, state, ws, times);
+  return entry(comm, nullptr, cfg, ctx, in, out, state, ws, times, {});
 }
 
 status allreduce(const hierarchy& h, const allreduce_config& cfg, const context& ctx,
@@ -369,8 +377,19 @@ status allreduce(const hierarchy& h, const allreduce_config& cfg, const context&
                  phase_times* times) {
   if (h.world == nullptr)
     return {status_code::invalid_argument, "allreduce: hierarchy without a world communicator"};
-  return entry(*h.world, &h, cfg, ctx, in, out, state, ws, times);
+  return entry(*h.world, &h, cfg, ctx, in, out, state, ws, times, {});
 }
+
+namespace detail {
+
+status allreduce_checked(communicator& world, const hierarchy* h, const allreduce_config& cfg,
+                         const context& ctx, const_tensor_view in, tensor_view out,
+                         allreduce_state& state, workspace& ws, phase_times* times,
+                         std::span<const check> prefix) {
+  return entry(world, h, cfg, ctx, in, out, state, ws, times, prefix);
+}
+
+}  // namespace detail
 
 status allreduce_tensors(communicator& comm, const allreduce_config& cfg, const context& ctx,
                          std::span<const tensor_view> tensors, allreduce_state& state,

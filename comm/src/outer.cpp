@@ -132,8 +132,8 @@ bool config_valid(const outer_config& c, std::uint64_t n, int world) noexcept {
   return true;
 }
 
-// One allreduce(max) over the fields and their complements: every rank learns the
-// maximum and minimum of each, so all see the same disagreement (as comm's agreement).
+// What every rank of a sync must hold alike, and its failures (comm's agreement checks
+// them, before the call's own).
 struct outer_fields {
   static constexpr int count = 16;
   std::uint64_t v[count] = {};
@@ -181,47 +181,34 @@ outer_fields fields_of(const outer_config& c, std::uint64_t n, int world, std::u
   return f;
 }
 
-status agree(communicator& c, const outer_fields& f, std::uint64_t step, phase_times& times) {
-  constexpr int total = outer_fields::count + 2;
-  std::uint64_t v[2 * total];
-  std::copy(std::begin(f.v), std::end(f.v), v);
-  v[outer_fields::count] = f.failure;
-  v[outer_fields::count + 1] = f.nonfinite;
-  for (int i = 0; i < total; ++i) v[total + i] = ~v[i];
-  times.bytes_sent += sizeof v;
-  times.bytes_received += sizeof v;
-  times.collectives += 1;
-  if (auto st = c.allreduce(v, v, 2 * total, element_type::u64, reduce_op::max); !st.ok())
-    return st;
-  for (int i = 0; i < outer_fields::count; ++i) {
-    const std::uint64_t hi = v[i], lo = ~v[total + i];
-    if (hi == lo) continue;
-    std::string m = std::string("outer: ranks disagree on ").append(field_names[i]);
-    if (i == 13)
-      m.append(" (values differ)");
-    else
-      m.append(" (min ")
-          .append(std::to_string(lo))
-          .append(", max ")
-          .append(std::to_string(hi))
-          .append(")");
-    return {status_code::comm_error, m};
-  }
-  const std::uint64_t failure = ~v[total + outer_fields::count];
-  if (failure != ~std::uint64_t{0})
-    return {status_code::comm_error,
-            std::string("outer: rank ")
-                .append(std::to_string(failure >> 16))
-                .append(" cannot run this sync: ")
-                .append(reason_text(static_cast<outer_reason>(failure & 0xFFFF)))};
-  const std::uint64_t bad = ~v[total + outer_fields::count + 1];
-  if (bad != ~std::uint64_t{0})
-    return {status_code::nonfinite_input, std::string("outer: the pseudo-gradient of rank ")
-                                              .append(std::to_string(bad))
-                                              .append(" is not finite after inner step ")
-                                              .append(std::to_string(step))
-                                              .append("; no rank sent or applied this sync")};
-  return {};
+//! The sync's checks, in the order they decide: the fields, a rank's own failure, a rank
+//! whose Δ after inner step `step` is not finite. `f` must outlive them.
+void outer_checks(const outer_fields& f, std::uint64_t step, detail::check out[3]) {
+  out[0] = {f.v, detail::no_failure,
+            [](int i, std::uint64_t lo, std::uint64_t hi, std::uint64_t) {
+              if (i == 13) return detail::disagreement("outer", field_names[i], {}, {});
+              return detail::disagreement("outer", field_names[i], std::to_string(lo),
+                                          std::to_string(hi));
+            },
+            0};
+  out[1] = {{},
+            f.failure,
+            [](int, std::uint64_t failure, std::uint64_t, std::uint64_t) {
+              return detail::rank_failure("outer", failure, "sync",
+                                          reason_text(static_cast<outer_reason>(failure & 0xFFFF)));
+            },
+            0};
+  out[2] = {{},
+            f.nonfinite,
+            [](int, std::uint64_t rank, std::uint64_t, std::uint64_t at) -> status {
+              return {status_code::nonfinite_input,
+                      std::string("outer: the pseudo-gradient of rank ")
+                          .append(std::to_string(rank))
+                          .append(" is not finite after inner step ")
+                          .append(std::to_string(at))
+                          .append("; no rank sent or applied this sync")};
+            },
+            step};
 }
 
 bool view_ok(const tensor_view& v, std::uint64_t n) noexcept {
@@ -321,7 +308,7 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
     f.failure = (static_cast<std::uint64_t>(world.rank()) << 16) | static_cast<std::uint64_t>(*bad);
   }
   // 4. Participation: a rank left out sends zeros, and its residual waits for its next turn.
-  // A rank that failed its own checks only takes part in the agreement, which fails.
+  // A rank that failed its own checks takes part in the agreement only, which fails.
   allreduce_state* rs = bad ? nullptr : &s.reduce[p];
   const bool in = outer_participates(cfg, size, world.rank(), s.rounds);
   const bool set_aside = rs != nullptr && !in && !rs->worker_residual.empty();
@@ -331,20 +318,23 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
     rs->worker_residual.assign(w.saved_residual.size(), 0.0f);
   }
   w.flight_cfg = cfg.reduce;
-  w.flight_cfg.tensors = w.slots;
+  w.flight_cfg.tensors =
+      rs != nullptr ? std::span<const tensor_slot>(w.slots) : std::span<const tensor_slot>();
   const context ctx{cfg.seed, s.rounds, p};
   w.sync_start = w.times.bytes_sent;
-  // The agreement and the reduction, inline (τ = 0) or on the workspace's thread; timed
-  // from here, so that a delayed sync's time includes starting its thread.
+  // The agreement (the sync's checks first, then the call's: one collective) and the
+  // reduction, inline (τ = 0) or on the workspace's thread; timed from here, so that a
+  // delayed sync's time includes starting its thread.
   const auto start = std::chrono::steady_clock::now();
   auto sync = [&world, h, ctx, f, t, rs, &w, set_aside, start]() -> status {
-    phase_times* tp = &w.flight_times;
-    status st = agree(world, f, t, *tp);
-    if (st.ok() && rs != nullptr) {
-      const tensor_view d = view(std::span<float>(w.delta));
-      st = h != nullptr ? allreduce(*h, w.flight_cfg, ctx, d, d, *rs, w.reduce, tp)
-                        : allreduce(world, w.flight_cfg, ctx, d, d, *rs, w.reduce, tp);
-    }
+    detail::check checks[3];
+    outer_checks(f, t, checks);
+    allreduce_state unused;  // a failed rank's: its agreement fails before any state is made
+    const tensor_view d =
+        rs != nullptr ? view(std::span<float>(w.delta)) : tensor_view{nullptr, 0, dtype::f32, 0};
+    status st =
+        detail::allreduce_checked(world, h, w.flight_cfg, ctx, d, d, rs != nullptr ? *rs : unused,
+                                  w.reduce, &w.flight_times, checks);
     if (set_aside) rs->worker_residual.swap(w.saved_residual);
     w.flight_s = seconds_since(start);
     return st;
@@ -437,8 +427,16 @@ status outer_init(communicator& comm, const outer_config& cfg, tensor_view local
   else if (!config_valid(cfg, n, comm.size()))
     f.failure = (static_cast<std::uint64_t>(comm.rank()) << 16) |
                 static_cast<std::uint64_t>(outer_reason::bad_config);
-  phase_times times;
-  if (auto st = agree(comm, f, 0, times); !st.ok()) return st;
+  memory_ops* mem = comm.memory_services();
+  if (mem == nullptr)
+    return {status_code::backend_unavailable,
+            std::string("outer_init: this build cannot use the memory of the '")
+                .append(comm.name())
+                .append("' communicator")};
+  detail::check checks[3];
+  outer_checks(f, 0, checks);
+  detail::buffer staging;
+  if (auto st = detail::agree(comm, *mem, staging, checks, nullptr); !st.ok()) return st;
   if (n > 0)
     if (auto st = comm.broadcast(local.data, n * 4, 0); !st.ok()) return st;
   outer_state s;

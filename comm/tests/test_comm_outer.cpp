@@ -209,8 +209,8 @@ TEST(Outer, EveryVariantAndCodecGivesTheSameGlobalOnEveryRank) {
 // Streaming: P fragments of about n/P elements, so every sync moves about 1/P of the
 // bytes of a whole-model sync.
 TEST(Outer, FragmentsCutTheBytesOfEachSync) {
-  // Each sync also moves a constant ~1.5 KB (the two agreements, frame and block headers):
-  // at 2^16 elements that keeps the ratio a little under 4.
+  // Each sync also moves a constant part (its agreement, frame and block headers): at
+  // 2^16 elements that keeps the ratio a little under 4.
   const std::uint64_t n = 1 << 16;
   auto whole = outer("minmax:bits=8", 8);
   auto streamed = whole;
@@ -220,12 +220,26 @@ TEST(Outer, FragmentsCutTheBytesOfEachSync) {
   ASSERT_TRUE(a[0].st.ok() && b[0].st.ok()) << a[0].st.message() << b[0].st.message();
   const double per_sync_whole = static_cast<double>(a[0].times.bytes_sent) / 2;
   const double per_sync_part = static_cast<double>(b[0].times.bytes_sent) / 8;
-  EXPECT_GT(per_sync_whole / per_sync_part, 3.8);
+  EXPECT_GT(per_sync_whole / per_sync_part, 3.9);
   EXPECT_LE(per_sync_whole / per_sync_part, 4.0);
   // The workspace's count of one sync says the same.
   EXPECT_EQ(static_cast<double>(a[0].last_sync_bytes), per_sync_whole);
   EXPECT_GT(static_cast<double>(a[0].last_sync_bytes) / static_cast<double>(b[0].last_sync_bytes),
-            3.8);
+            3.9);
+  // One agreement per sync: a sync makes the collectives of one allreduce of its Δ, whose
+  // own agreement carries the sync's checks: 4 words more (their digest, the failure and
+  // the non-finite words).
+  std::vector<gcc::phase_times> call(4);
+  auto st = gcc::run_threads(4, [&](gcc::communicator& c) -> status {
+    std::vector<float> d = initial(n, c.rank());
+    gcc::allreduce_state state;
+    gcc::workspace ws;
+    return gcc::allreduce(c, whole.reduce, {whole.seed, 0, 0}, gc::view(std::as_const(d)),
+                          gc::view(d), state, ws, &call[static_cast<std::size_t>(c.rank())]);
+  });
+  ASSERT_TRUE(all_ok(st)) << messages(st);
+  EXPECT_EQ(a[0].times.collectives, 2 * call[0].collectives);
+  EXPECT_EQ(a[0].last_sync_bytes, call[0].bytes_sent + 4 * 8);
 }
 
 TEST(Outer, TheScheduleStaggersFragmentsAndStridesTensors) {
@@ -401,6 +415,28 @@ TEST(Outer, ARankWithAnotherConfigurationFailsEveryRankAlike) {
   }
   EXPECT_NE(std::string(later[0].message()).find("momentum"), std::string::npos)
       << later[0].message();
+  // A rank whose own checks fail at a sync (its parameters have another size) still takes
+  // part in the sync's agreement, and every rank names it.
+  auto own = gcc::run_threads(4, [](gcc::communicator& c) -> status {
+    const auto cfg = outer("minmax:bits=4", 4);
+    auto theta = initial(64, c.rank());
+    gcc::outer_state state;
+    gcc::outer_workspace ws;
+    if (auto s = gcc::outer_init(c, cfg, gc::view(theta), state); !s.ok()) return s;
+    for (int t = 0; t < 4; ++t) {
+      inner_step(theta, c.rank(), state.step);
+      gc::tensor_view v = gc::view(theta);
+      if (c.rank() == 3 && t == 3) v.n -= 1;
+      if (auto s = gcc::outer_step(c, cfg, v, state, ws); !s.ok()) return s;
+    }
+    return {};
+  });
+  for (const auto& s : own) {
+    EXPECT_EQ(s.code(), status_code::comm_error) << s.message();
+    EXPECT_EQ(std::string(s.message()), own[0].message());
+  }
+  EXPECT_NE(std::string(own[0].message()).find("rank 3 cannot run this sync"), std::string::npos)
+      << own[0].message();
 }
 
 TEST(Outer, ANonFiniteDeltaIsTheSameErrorOnEveryRankAndChangesNothing) {

@@ -277,7 +277,7 @@ TEST(CostModel, ABurstAllowanceIsSpentFirstAndRefilledByComputation) {
   const gcc::prediction plain = gcc::predict(c, n, 2, p).value();
   ASSERT_GT(plain.transfer_s, 0);
   p.link.burst_bytes = 1e9;  // more than the frame: the one exchange waits for nothing
-  const double check = gcc::ring_allreduce_seconds(p.link, 2, 64);  // the configuration check
+  const double check = gcc::ring_allreduce_seconds(p.link, 2, 24);  // the configuration check
   EXPECT_DOUBLE_EQ(gcc::predict(c, n, 2, p).value().transfer_s, check);
   // Four segments: the first is free, the others only as far as the encode between
   // them (about 1 ms at 1 ns per element, 0.1 MB at this rate) refilled the allowance.
@@ -311,7 +311,7 @@ TEST(CostModel, InCallFactorsScaleComputeAndAddWaits) {
   EXPECT_DOUBLE_EQ(scaled.transfer_s, plain.transfer_s + 0.5 * scaled.compute_s);
   // A negative wait (the link did better than predicted) never goes below the check.
   p.compute.codecs[0].in_call[2].wait = -1e6;
-  const double check = gcc::ring_allreduce_seconds(p.link, 4, 64);
+  const double check = gcc::ring_allreduce_seconds(p.link, 4, 24);  // 3 u64 (docs/comm.md)
   EXPECT_DOUBLE_EQ(gcc::predict(c, 1 << 20, 4, p).value().transfer_s, check);
   EXPECT_EQ(scaled.wire_bytes, plain.wire_bytes);
   // A pipelined call with several segments takes the pipelined factors.

@@ -681,6 +681,7 @@ TEST(Faults, MismatchedConfigGivesTheSameErrorOnEveryRank) {
        {variant{"spec", "the codec spec"}, variant{"n", "the element count (min 1000, max 1001)"},
         variant{"strategy", "the strategy (min allgather, max two_phase)"},
         variant{"step", "the context step"}, variant{"bad", "rank 1 cannot run this call"}}) {
+    std::vector<gcc::phase_times> times(3);
     auto st = gcc::run_threads(3, [&](gcc::communicator& c) -> status {
       auto cfg = config("qsgd:levels=7,bucket=64", gcc::strategy::two_phase);
       std::uint64_t n = 1000;
@@ -694,13 +695,21 @@ TEST(Faults, MismatchedConfigGivesTheSameErrorOnEveryRank) {
       auto g = make_grad(n, c.rank(), 0, 1.0f);
       gcc::allreduce_state state;
       gcc::workspace ws;
-      return gcc::allreduce(c, cfg, ctx, gc::view(std::as_const(g)), gc::view(g), state, ws);
+      return gcc::allreduce(c, cfg, ctx, gc::view(std::as_const(g)), gc::view(g), state, ws,
+                            &times[static_cast<std::size_t>(c.rank())]);
     });
     for (const auto& s : st) {
       EXPECT_EQ(s.code(), status_code::comm_error) << v.what;
       EXPECT_STREQ(s.message(), st[0].message()) << v.what;
       EXPECT_NE(std::string(s.message()).find(v.needle), std::string::npos)
           << v.what << ": " << s.message();
+    }
+    // The agreement's traffic: the failure word and the fields' digest (with its
+    // complement), 3 u64; the 18 fields and their complements only when the digest differs.
+    const bool fields_differ = std::string(v.what) != "bad";
+    for (const auto& t : times) {
+      EXPECT_EQ(t.collectives, fields_differ ? 2u : 1u) << v.what;
+      EXPECT_EQ(t.bytes_sent, (fields_differ ? 3u + 36u : 3u) * 8) << v.what;
     }
   }
 }
