@@ -72,9 +72,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// 2 (0.4.0): fragments assigned largest tensor first; a rank or state of protocol 1 is
-// another configuration.
-constexpr std::uint64_t outer_protocol = 2;
+// 2 (0.4.0): fragments assigned largest tensor first; 3: a tensor that overflows its
+// fragment's share is split at a row. A rank or state of an earlier protocol is another
+// configuration.
+constexpr std::uint64_t outer_protocol = 3;
 // The participation draw's tensor id: no codec context uses it (fragments are 0..P-1).
 constexpr std::uint64_t participation_stream = 0x6F75746572ull;  // "outer"
 
@@ -369,24 +370,36 @@ std::vector<tensor_slot> outer_fragment(const outer_config& cfg, std::uint64_t n
     return out;
   }
   // Largest first (by index on ties), each tensor joins the fragment with the fewest
-  // elements so far (the lowest on ties): round robin over tensors of equal size, and
-  // fragments within one tensor of each other for unequal ones (in index order a large
-  // tensor arriving last lands on an already full fragment). Slots stay in index order.
+  // elements so far (the lowest on ties): round robin over tensors of equal size. A tensor
+  // larger than that fragment's room below ceil(total / P) gives it the whole rows that
+  // fit (one row at least) and the rest goes on the same way, so that no fragment ends a
+  // row or more above the share and the peak sync is the mean one. Slots stay in order.
   const std::span<const tensor_slot> tensors = cfg.reduce.tensors;
   std::vector<std::size_t> order(tensors.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::uint64_t total = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+    total += tensors[i].n;
+  }
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return tensors[a].n > tensors[b].n; });
+  const std::uint64_t share = (total + parts - 1) / parts;
   std::vector<std::uint64_t> load(parts, 0);
-  std::vector<bool> mine(tensors.size(), false);
   for (const std::size_t i : order) {
-    const auto to =
-        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    load[to] += tensors[i].n;
-    mine[i] = to == p;
+    const tensor_slot& t = tensors[i];
+    const std::uint64_t row = t.rows != 0 ? t.n / t.rows : 1;
+    for (std::uint64_t at = 0; at < t.n;) {
+      const auto to =
+          static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+      const std::uint64_t left = t.n - at, room = share - std::min(share, load[to]);
+      const std::uint64_t take = left <= room ? left : std::max(row, room / row * row);
+      if (to == p) out.push_back({t.offset + at, take, t.rows != 0 ? take / row : 0});
+      load[to] += take;
+      at += take;
+    }
   }
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    if (mine[i]) out.push_back(tensors[i]);
+  std::sort(out.begin(), out.end(),
+            [](const tensor_slot& a, const tensor_slot& b) { return a.offset < b.offset; });
   return out;
 }
 

@@ -252,28 +252,19 @@ TEST(Outer, TheScheduleStaggersFragmentsAndStridesTensors) {
   const std::vector<std::int64_t> expect = {-1, -1, 0,  -1, 1,  -1, 2,  -1, 3,
                                             -1, 0,  -1, 1,  -1, 2,  -1, 3};
   EXPECT_EQ(due, expect);
-  c.reduce.tensors = std::vector<gcc::tensor_slot>{};
-  std::vector<gcc::tensor_slot> t(10);
-  for (std::uint64_t i = 0; i < 10; ++i) t[i] = {i * 3, 3, 0};
+  // Equal tensors: i mod P, strided over the layers.
+  std::vector<gcc::tensor_slot> t(12);
+  for (std::uint64_t i = 0; i < 12; ++i) t[i] = {i * 3, 3, 0};
   c.reduce.tensors = t;
-  const auto f1 = gcc::outer_fragment(c, 30, 1);
+  const auto f1 = gcc::outer_fragment(c, 36, 1);
   ASSERT_EQ(f1.size(), 3u);
   EXPECT_EQ(f1[0].offset, 3u);
   EXPECT_EQ(f1[1].offset, 15u);
   EXPECT_EQ(f1[2].offset, 27u);
-  // Unequal sizes: a large tensor does not share its fragment until the others caught up.
-  std::vector<gcc::tensor_slot> u = {{0, 100, 0}};
-  for (std::uint64_t i = 0; i < 12; ++i) u.push_back({100 + 10 * i, 10, 0});
-  c.reduce.tensors = u;
-  c.fragments = 2;
-  std::uint64_t sizes[2] = {};
-  for (std::uint32_t p = 0; p < 2; ++p)
-    for (const auto& slot : gcc::outer_fragment(c, 220, p)) sizes[p] += slot.n;
-  EXPECT_EQ(sizes[0], 110u);
-  EXPECT_EQ(sizes[1], 110u);
   // A large tensor after small ones: taken first, so the fragments are 30 and 30 (in index
   // order 10, 10 and 10 would spread first and the 30 land on one of them: 20 and 40). A
   // fragment's slots stay in index order.
+  c.fragments = 2;
   const std::vector<gcc::tensor_slot> late = {{0, 10, 0}, {10, 10, 0}, {20, 10, 0}, {30, 30, 0}};
   c.reduce.tensors = late;
   const auto g0 = gcc::outer_fragment(c, 60, 0), g1 = gcc::outer_fragment(c, 60, 1);
@@ -283,6 +274,68 @@ TEST(Outer, TheScheduleStaggersFragmentsAndStridesTensors) {
   EXPECT_EQ(g1[0].offset, 0u);
   EXPECT_EQ(g1[1].offset, 10u);
   EXPECT_EQ(g1[2].offset, 20u);
+  // A tensor larger than its fragment's room below the share (50) is split at a row: an
+  // 8 x 10 matrix gives 5 rows to fragment 0, its other 3 rows to fragment 1.
+  const std::vector<gcc::tensor_slot> big = {{0, 80, 8}, {80, 20, 0}};
+  c.reduce.tensors = big;
+  const auto h0 = gcc::outer_fragment(c, 100, 0), h1 = gcc::outer_fragment(c, 100, 1);
+  ASSERT_EQ(h0.size(), 1u);
+  EXPECT_TRUE(h0[0].offset == 0 && h0[0].n == 50 && h0[0].rows == 5);
+  ASSERT_EQ(h1.size(), 2u);
+  EXPECT_TRUE(h1[0].offset == 50 && h1[0].n == 30 && h1[0].rows == 3);
+  EXPECT_TRUE(h1[1].offset == 80 && h1[1].n == 20 && h1[1].rows == 0);
+}
+
+// For any tensors the fragments cover every element once, in whole rows, in offset order,
+// and none holds a row or more above the share ceil(total / P): the peak sync is the
+// mean one.
+TEST(Outer, FragmentsPartitionTheTensorsWithinARowOfTheShare) {
+  std::uint64_t rng = 12345;
+  auto next = [&rng](std::uint64_t m) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (rng >> 33) % m;
+  };
+  for (int trial = 0; trial < 300; ++trial) {
+    gcc::outer_config c;
+    c.fragments = 1 + static_cast<std::uint32_t>(next(6));
+    c.sync_every = 8;
+    std::vector<gcc::tensor_slot> t;
+    std::uint64_t at = 0, widest = 1;
+    const std::uint64_t count = c.fragments + next(20);
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const std::uint64_t rows = next(3) == 0 ? 0 : 1 + next(40);
+      const std::uint64_t row = 1 + next(rows == 0 ? 1 : 64);
+      const std::uint64_t n = rows == 0 ? 1 + next(3000) : rows * row;
+      t.push_back({at, n, rows});
+      at += n;
+      widest = std::max(widest, rows == 0 ? 1 : row);
+    }
+    c.reduce.tensors = t;
+    const std::uint64_t share = (at + c.fragments - 1) / c.fragments;
+    std::vector<int> covered(at, 0);
+    for (std::uint32_t p = 0; p < c.fragments; ++p) {
+      std::uint64_t held = 0, last = 0;
+      for (const auto& slot : gcc::outer_fragment(c, at, p)) {
+        ASSERT_GE(slot.offset, last) << trial;
+        last = slot.offset + slot.n;
+        held += slot.n;
+        for (std::uint64_t j = slot.offset; j < slot.offset + slot.n; ++j) ++covered[j];
+        const auto whole = std::find_if(t.begin(), t.end(), [&](const gcc::tensor_slot& x) {
+          return x.offset <= slot.offset && slot.offset + slot.n <= x.offset + x.n;
+        });
+        ASSERT_NE(whole, t.end()) << trial << ": a piece crosses tensors";
+        if (whole->rows != 0) {
+          const std::uint64_t row = whole->n / whole->rows;
+          EXPECT_EQ((slot.offset - whole->offset) % row, 0u) << trial;
+          EXPECT_EQ(slot.n, slot.rows * row) << trial;
+        } else {
+          EXPECT_EQ(slot.rows, 0u) << trial;
+        }
+      }
+      EXPECT_LT(held, share + widest) << trial << " fragment " << p;
+    }
+    EXPECT_TRUE(std::all_of(covered.begin(), covered.end(), [](int k) { return k == 1; })) << trial;
+  }
 }
 
 // A checkpoint taken with a sync in flight (settled, saved, loaded into a new state and
