@@ -133,9 +133,23 @@ inline vu16 unpack16(const std::byte* src) {
             _mm256_and_si256(_mm256_srlv_epi32(x.hi, sh), three)};
 #endif
   } else {
+    // The two halves of Bits bytes each, by whole loads inside the 2*Bits bytes: a load of
+    // fewer bytes into a wider variable would stall on the store it reads back.
+    std::uint64_t first, last;
+    if constexpr (Bits >= 4) {
+      std::memcpy(&first, src, 8);
+      std::memcpy(&last, src + 2 * Bits - 8, 8);
+      first &= (std::uint64_t{1} << (8 * Bits)) - 1;
+      last >>= 64 - 8 * Bits;
+    } else {
+      std::uint32_t a, b;
+      std::memcpy(&a, src, 4);
+      std::memcpy(&b, src + 2, 4);
+      first = a & 0xFFFFFFu;
+      last = b >> 8;
+    }
     constexpr std::uint64_t keep = 0x0101010101010101ull * ((1u << Bits) - 1u);
-    const std::uint64_t lo = _pdep_u64(bitpack_read(src, Bits), keep);
-    const std::uint64_t hi = _pdep_u64(bitpack_read(src + Bits, Bits), keep);
+    const std::uint64_t lo = _pdep_u64(first, keep), hi = _pdep_u64(last, keep);
     return bitpack_widen(_mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo)));
   }
 #else
