@@ -27,11 +27,19 @@ struct check {
   std::uint64_t arg = 0;
 };
 
+//! A rank's failure word: its rank and the caller's reason code, the lowest rank first.
+constexpr std::uint64_t failure_word(int rank, std::uint16_t reason) noexcept {
+  return (static_cast<std::uint64_t>(rank) << 16) | reason;
+}
+//! The bytes of the first round of a plain call's agreement: its failure word, and its
+//! fields' digest with the digest's complement.
+inline constexpr std::uint64_t call_check_bytes = 3 * sizeof(std::uint64_t);
+
 //! "<who>: ranks disagree on <field> (min <lo>, max <hi>)", or "(values differ)" when lo
 //! and hi are empty (a hashed field).
 status disagreement(std::string_view who, std::string_view field, std::string_view lo,
                     std::string_view hi);
-//! "<who>: rank R cannot run this <what>: <reason>", R from a failure word (rank << 16).
+//! "<who>: rank R cannot run this <what>: <reason>", R from a failure word.
 status rank_failure(std::string_view who, std::uint64_t failure, std::string_view what,
                     std::string_view reason);
 

@@ -245,8 +245,7 @@ status agree_on_call(communicator& world, const hierarchy* h, const allreduce_co
     return {status_code::internal_error, "allreduce: more checks than the agreement holds"};
   agreement a = fields_of(cfg, resolved, ctx, in, state, world.size(), h != nullptr);
   if (failure)
-    a.local_failure = (static_cast<std::uint64_t>(world.rank()) << 16) |
-                      static_cast<std::uint64_t>(failure->first);
+    a.local_failure = failure_word(world.rank(), static_cast<std::uint16_t>(failure->first));
   check checks[max_checks];
   std::copy(prefix.begin(), prefix.end(), checks);
   call_checks(a, checks + prefix.size());

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "comm/src/agreement.hpp"
 #include "comm/src/chunks.hpp"
 #include "comm/src/wire_blocks.hpp"
 #include "gradcodec/codec.hpp"
@@ -42,9 +43,7 @@ const codec_costs* compute_profile::find(const codec_spec& spec) const noexcept 
 
 namespace {
 
-// The configuration check of a call that agrees (docs/comm.md): its failure word and the
-// digest of its fields with the digest's complement, 3 u64.
-constexpr std::uint64_t check_bytes = 24;
+using detail::call_check_bytes;  // the configuration check a call starts with
 
 double rounds(const collective_cost& c, double steps, double sent) noexcept {
   return steps * c.step_latency_s + sent / c.bytes_per_s;
@@ -320,7 +319,7 @@ result<prediction> predict(const candidate& c, std::uint64_t n, int ranks, const
   const in_call_factor* f = p.compute.find(c.spec)->factor(c.how, pipelined);
   if (f == nullptr) return out;
   prediction& r = out.value();
-  const double check = ring_allreduce_seconds(p.link, ranks, check_bytes);
+  const double check = ring_allreduce_seconds(p.link, ranks, call_check_bytes);
   r.compute_s *= f->compute;
   r.transfer_s = std::max(check, r.transfer_s + f->wait * r.compute_s);
   r.hidden_s = std::min(r.hidden_s * f->compute, std::min(r.compute_s, r.transfer_s));
@@ -341,8 +340,9 @@ result<prediction> predict_hierarchical(const candidate& c, std::uint64_t n, nod
   auto leaders = predict(c, n, layout.nodes, p, tensors);
   if (!leaders.ok()) return leaders;
   prediction out = leaders.value();
-  out.transfer_s += ring_allreduce_seconds(p.link, layout.nodes * layout.per_node, check_bytes) -
-                    ring_allreduce_seconds(p.link, layout.nodes, check_bytes);
+  out.transfer_s +=
+      ring_allreduce_seconds(p.link, layout.nodes * layout.per_node, call_check_bytes) -
+      ring_allreduce_seconds(p.link, layout.nodes, call_check_bytes);
   {  // the node level runs whatever its size and n (its blocks carry headers)
     const link_profile& l = *p.intra;
     const int w = layout.per_node;
@@ -387,7 +387,7 @@ result<prediction> predict_uncorrected(const candidate& c, std::uint64_t n, int 
   }
   prediction out;
   // The configuration check: one small allreduce.
-  out.transfer_s = ring_allreduce_seconds(p.link, ranks, check_bytes);
+  out.transfer_s = ring_allreduce_seconds(p.link, ranks, call_check_bytes);
   out.collectives = 1;
   if (n == 0) {
     out.total_s = out.transfer_s;

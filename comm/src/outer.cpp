@@ -306,7 +306,7 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
       }
     if (!finite) f.nonfinite = static_cast<std::uint64_t>(world.rank());
   } else {
-    f.failure = (static_cast<std::uint64_t>(world.rank()) << 16) | static_cast<std::uint64_t>(*bad);
+    f.failure = detail::failure_word(world.rank(), static_cast<std::uint16_t>(*bad));
   }
   // 4. Participation: a rank left out sends zeros, and its residual waits for its next turn.
   // A rank that failed its own checks takes part in the agreement only, which fails.
@@ -435,11 +435,11 @@ status outer_init(communicator& comm, const outer_config& cfg, tensor_view local
   const std::uint64_t fingerprint = fingerprint_of(cfg, n, comm.size());
   outer_fields f = fields_of(cfg, n, comm.size(), 0, 0, false, fingerprint);
   if (!view_ok(local, n))
-    f.failure = (static_cast<std::uint64_t>(comm.rank()) << 16) |
-                static_cast<std::uint64_t>(outer_reason::bad_view);
+    f.failure =
+        detail::failure_word(comm.rank(), static_cast<std::uint16_t>(outer_reason::bad_view));
   else if (!config_valid(cfg, n, comm.size()))
-    f.failure = (static_cast<std::uint64_t>(comm.rank()) << 16) |
-                static_cast<std::uint64_t>(outer_reason::bad_config);
+    f.failure =
+        detail::failure_word(comm.rank(), static_cast<std::uint16_t>(outer_reason::bad_config));
   memory_ops* mem = comm.memory_services();
   if (mem == nullptr)
     return {status_code::backend_unavailable,

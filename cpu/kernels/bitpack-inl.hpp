@@ -8,13 +8,6 @@
 //! SIMD levels narrow the 16 lanes to 16 bytes first; Bits = 1, 2, 4, 8 then combine bytes
 //! with byte/word arithmetic, the other widths with BMI2 pext (part of the AVX2 level).
 
-//! Reads n <= 8 bytes as a little-endian integer.
-inline std::uint64_t bitpack_read(const std::byte* p, unsigned n) {
-  std::uint64_t x = 0;
-  std::memcpy(&x, p, n);
-  return x;
-}
-
 #if GRADCODEC_CPU_LEVEL >= 1
 //! The low byte of each lane, lanes in order (values must be < 256).
 inline __m128i bitpack_narrow(vu16 codes) {

@@ -136,21 +136,24 @@ GRADCODEC_VINLINE vf16 block_scaled_values(blocks::minifloat f, vu16 code) {
   return vfrombits(v | vshl(code & vset1u(f.sign_bit()), 32 - f.bits));
 }
 
-//! The values of 16 codes of a 6-bit format, element_value's (exact): from the 64-entry
-//! table by two 32-entry permutes on AVX-512; computed elsewhere, where a 64-entry lookup
-//! (permutes of 8 entries, or gathers) costs more than the arithmetic.
-GRADCODEC_VINLINE vf16 block_scaled_values6(blocks::minifloat f, const float* table, vu16 code) {
+//! element_value of 16 codes of a format of Bits < 8 bits (exact): 4-bit codes from the
+//! 16-entry table; 6-bit ones from the 64-entry table by two 32-entry permutes on AVX-512;
+//! the others computed (a 64-entry lookup by permutes of 8 entries, or gathers, costs more
+//! than the arithmetic).
+template <unsigned Bits>
+GRADCODEC_VINLINE vf16 block_scaled_code_values(blocks::minifloat f, const float* table,
+                                                vu16 code) {
+  if constexpr (Bits == 4) return vlookup16(table, code);
 #if GRADCODEC_CPU_LEVEL == 2
-  const __m512 lo =
-      _mm512_permutex2var_ps(_mm512_loadu_ps(table), code.v, _mm512_loadu_ps(table + 16));
-  const __m512 hi =
-      _mm512_permutex2var_ps(_mm512_loadu_ps(table + 32), code.v, _mm512_loadu_ps(table + 48));
-  (void)f;
-  return {_mm512_mask_blend_ps(_mm512_test_epi32_mask(code.v, _mm512_set1_epi32(32)), lo, hi)};
-#else
-  (void)table;
-  return block_scaled_values(f, code);
+  if constexpr (Bits == 6) {
+    const __m512 lo =
+        _mm512_permutex2var_ps(_mm512_loadu_ps(table), code.v, _mm512_loadu_ps(table + 16));
+    const __m512 hi =
+        _mm512_permutex2var_ps(_mm512_loadu_ps(table + 32), code.v, _mm512_loadu_ps(table + 48));
+    return {_mm512_mask_blend_ps(_mm512_test_epi32_mask(code.v, _mm512_set1_epi32(32)), lo, hi)};
+  }
 #endif
+  return block_scaled_values(f, code);
 }
 
 //! Decoded byte codes (e4m3, e5m2, int8) times a block's dec, in few steps: a scaled value
@@ -477,15 +480,11 @@ GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::blo
     pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
     if constexpr (Res::active) {
       vf16 x;
-      if constexpr (Bits == 4)  // 4-bit codes: their 16 values from the table, as decoded
-        x = vcanonical_nan(vlookup16(values, codes) * dec);
-      else if constexpr (bytes)
+      if constexpr (bytes)  // as block_scaled_decode does
         x = decoded.plain ? byte_decoder::scaled(codes) * decoded.mul
                           : vcanonical_nan(decoded(codes));
-      else if constexpr (Bits == 6)
-        x = vcanonical_nan(block_scaled_values6(f, values, codes) * dec);
       else
-        x = vcanonical_nan(block_scaled_values(f, codes) * dec);
+        x = vcanonical_nan(block_scaled_code_values<Bits>(f, values, codes) * dec);
       out.store(begin + j, v - x);
     }
   }
@@ -791,11 +790,11 @@ GRADCODEC_VINLINE void block_scaled_decode_lanes(blocks::block_quantizer q, cons
     for (std::uint64_t j = 0; j < whole; j += 16) {
       const vu16 codes =
           unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) + (begin + j) * Bits / 8);
-      // 4-bit codes: their 16 values from the table (element_value's, exact).
-      vf16 x = Bits == 8   ? byte_decoded(codes)
-               : Bits == 4 ? vlookup16(values, codes) * dec
-               : Bits == 6 ? block_scaled_values6(f, values, codes) * dec
-                           : block_scaled_values(f, codes) * dec;
+      vf16 x;
+      if constexpr (Bits == 8)
+        x = byte_decoded(codes);
+      else
+        x = block_scaled_code_values<Bits>(f, values, codes) * dec;
       if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j));
       vstore_typed<T>(out.data, begin + j, vcanonical_nan(x));
     }
