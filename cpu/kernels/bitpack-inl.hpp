@@ -83,6 +83,37 @@ inline void pack16(std::byte* dst, vu16 codes) {
 #endif
 }
 
+//! Writes the 64 codes of codes[0..3] (each < 2^Bits, codes[k] the k-th group of 16) as
+//! 8*Bits bytes at dst: four pack16 calls, or on AVX-512 for 8 and 4 bits the four groups
+//! narrowed together (one 512-bit narrowing path where four 128-bit ones cost more).
+template <unsigned Bits>
+inline void pack64(std::byte* dst, const vu16* codes) {
+#if GRADCODEC_CPU_LEVEL == 2
+  if constexpr (Bits == 8 || Bits == 4) {
+    // The packs work within 128-bit lanes: lane L of w holds codes[v][4L .. 4L + 3] at
+    // bytes 4v .. 4v + 3.
+    const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(codes[0].v, codes[1].v),
+                                          _mm512_packus_epi32(codes[2].v, codes[3].v));
+    if constexpr (Bits == 8) {
+      // Dword 4L + v of w is dword 4v + L of the output.
+      const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+      _mm512_storeu_si512(dst, _mm512_permutexvar_epi32(order, w));
+    } else {
+      // Byte pairs (c0, c1) -> c0 + 16 * c1; after the pack to bytes, word 8L + v of p
+      // (v < 4) is word 4v + L of the output.
+      const __m512i m = _mm512_maddubs_epi16(w, _mm512_set1_epi16(0x1001));
+      const __m512i p = _mm512_packus_epi16(m, m);
+      alignas(64) static constexpr std::uint16_t order[32] = {0, 8,  16, 24, 1, 9,  17, 25,
+                                                              2, 10, 18, 26, 3, 11, 19, 27};
+      const __m512i out = _mm512_permutexvar_epi16(_mm512_load_si512(order), p);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm512_castsi512_si256(out));
+    }
+    return;
+  }
+#endif
+  for (unsigned k = 0; k < 4; ++k) pack16<Bits>(dst + 2 * Bits * k, codes[k]);
+}
+
 //! Reads the 16 codes of Bits bits stored in the 2*Bits bytes at src.
 template <unsigned Bits>
 inline vu16 unpack16(const std::byte* src) {

@@ -225,14 +225,38 @@ struct block_scaled_nearest_coder {
   vu16 round_rebias;  //!< (2^(22 - M) - 1) - ((127 - bias) << 23), wrapping
   vu16 min_normal;    //!< the bits of 2^emin
   vu16 max_code;
-  vf16 magic;  //!< 2^(emin - M + 23)
+  vf16 magic;   //!< 2^(emin - M + 23)
+  vu16 rebias;  //!< (127 - bias) << 23
+  vf16 max_value;
 
   GRADCODEC_VINLINE explicit block_scaled_nearest_coder(const blocks::minifloat& f)
       : round_rebias(
             vset1u(((1u << (22 - M)) - 1u) - (static_cast<std::uint32_t>(127 - f.bias) << 23))),
         min_normal(vset1u(static_cast<std::uint32_t>(f.emin() + 127) << 23)),
         max_code(vset1u(f.max_code)),
-        magic(vset1(blocks::pow2f(f.emin() - static_cast<int>(M) + 23))) {}
+        magic(vset1(blocks::pow2f(f.emin() - static_cast<int>(M) + 23))),
+        rebias(vset1u(static_cast<std::uint32_t>(127 - f.bias) << 23)),
+        max_value(vset1(blocks::element_value(f, f.max_code))) {}
+
+  //! The codes of operator() and, in value, each code's element_value (+0 for code 0): the
+  //! rounded f32 or subnormal sum the code was read from, saturated like the code. Cheaper
+  //! than decoding the codes again where no table holds their values (8 bits).
+  GRADCODEC_VINLINE vu16 codes_values(vf16 r, vf16& value) const {
+    constexpr std::uint32_t sign_bit = 1u << (Bits - 1);
+    const vu16 rbits = vbits(r);
+    const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
+    const vu16 rounded = abits + vset1u((1u << (22 - M)) - 1u) + (vshr(abits, 23 - M) & vset1u(1u));
+    const vf16 sum = vfrombits(abits) + magic;
+    const mask16 small = vltu(abits, min_normal);
+    const vu16 mag =
+        vminu(vselectu(small, vbits(sum) - vbits(magic), vshr(rounded - rebias, 23 - M)), max_code);
+    const vu16 nonzero = mag + vset1u(sign_bit - 1u);  // sign bit set where mag is not 0
+    const vf16 a = vmin(
+        vfrombits(vselectu(small, vbits(sum - magic), rounded & vset1u(~((1u << (23 - M)) - 1u)))),
+        max_value);
+    value = vfrombits(vbits(a) | (vshl(nonzero, 32 - Bits) & rbits & vset1u(0x80000000u)));
+    return mag | (nonzero & vshr(rbits, 32 - Bits) & vset1u(sign_bit));
+  }
 
   GRADCODEC_VINLINE vu16 operator()(vf16 r, std::uint64_t) const {
     constexpr std::uint32_t sign_bit = 1u << (Bits - 1);
@@ -279,6 +303,14 @@ constexpr element_format block_scaled_coder_format() {
   else
     return element_format::e4m3;
 }
+
+//! Whether an encode's residual takes the values of Bits-bit codes from the coder (8 bits,
+//! where no table holds them) rather than decoding the codes.
+template <unsigned Bits, class Coder>
+inline constexpr bool block_scaled_coder_values = Bits == 8 &&
+                                                  requires(const Coder& c, vf16 r, vf16& x) {
+  c.codes_values(r, x);
+};
 
 //! Calls fn(coder) with the coder of format f: nearest-even rounding takes
 //! block_scaled_nearest_coder (floating formats, whose shifts are then constants) or
@@ -400,6 +432,7 @@ template <dtype T>
 struct block_scaled_input {
   const void* data;
   GRADCODEC_VINLINE void prefetch(std::uint64_t i) const { prefetch_element<1>(data, T, i); }
+  GRADCODEC_VINLINE void prefetch_next_block(std::uint64_t i) const { prefetch(i); }
   GRADCODEC_VINLINE vf16 load(std::uint64_t i) const { return vload_typed<T>(data, i); }
   GRADCODEC_VINLINE vf16 load_n(std::uint64_t i, unsigned cnt) const {
     return vload_typed_n<T>(data, i, cnt);
@@ -413,6 +446,10 @@ struct block_scaled_feedback_input {
   const void* e;
   // No prefetch: ahead of a scan of two streams it measured slower than none (Zen 4).
   GRADCODEC_VINLINE void prefetch(std::uint64_t) const {}
+  GRADCODEC_VINLINE void prefetch_next_block(std::uint64_t i) const {
+    prefetch_element<1>(g, G, i);
+    prefetch_element<1>(e, E, i);
+  }
   GRADCODEC_VINLINE vf16 load(std::uint64_t i) const {
     return vadd_nan_first(vload_typed<G>(g, i), vload_typed<E>(e, i));
   }
@@ -437,6 +474,24 @@ struct block_scaled_residual {
   GRADCODEC_VINLINE void store(std::uint64_t i, vf16 x) const { vstore_typed<E>(data, i, x); }
   void store_one(std::uint64_t i, float x) const { detail::store_value(data, E, i, x); }
 };
+
+//! The bits of the largest |v| of elements [begin, end): Inf's or above when one is not
+//! finite.
+template <class Src>
+GRADCODEC_VINLINE std::uint32_t block_scaled_range_maximum(const Src& src, std::uint64_t begin,
+                                                           std::uint64_t end) {
+  vu16 m0 = vset1u(0), m1 = vset1u(0);  // two accumulators: no max waits on the one before
+  std::uint64_t i = begin;
+  for (; i + 32 <= end; i += 32) {
+    m0 = vmaxu(m0, vbits(vabs(src.load(i))));
+    m1 = vmaxu(m1, vbits(vabs(src.load(i + 16))));
+  }
+  for (; i < end; i += 16)
+    m0 = vmaxu(
+        m0,
+        vbits(vabs(src.load_n(i, static_cast<unsigned>(std::min<std::uint64_t>(16, end - i))))));
+  return vhmaxu(vmaxu(m0, m1));
+}
 
 //! The block's scan: finite when its largest magnitude's bits are below Inf's.
 template <class Src>
@@ -473,7 +528,24 @@ GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::blo
   constexpr bool bytes = Bits == 8 && requires { Coder::format; };
   using byte_decoder = block_scaled_byte_decoder<block_scaled_coder_format<Coder>()>;
   const byte_decoder decoded(q.dec);
+  // A long block (a row) is coded from L2 after its scan, while the memory would idle: the
+  // next block is fetched meanwhile.
+  const bool fetch_next = len >= block_scaled_prefetch_ahead;
+  if constexpr (Res::active && block_scaled_coder_values<Bits, Coder>) {
+    if (send) {  // dec is then positive and finite
+      for (std::uint64_t j = 0; j < len; j += 16) {
+        if (fetch_next) in.prefetch_next_block(begin + len + j);
+        const vf16 v = in.load(begin + j);
+        vf16 value;
+        const vu16 codes = coder.codes_values(q.divide ? v / enc : v * enc, value);
+        pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
+        out.store(begin + j, v - value * dec);
+      }
+      return;
+    }
+  }
   for (std::uint64_t j = 0; j < len; j += 16) {
+    if (fetch_next) in.prefetch_next_block(begin + len + j);
     const vf16 v = in.load(begin + j);
     vu16 codes = vset1u(0);
     if (send) codes = coder(q.divide ? v / enc : v * enc, begin + j);
@@ -585,6 +657,11 @@ struct block_scaled_batch_quantizers {
       vstore_u(dec, block_scaled_e8m0_dec(code));
     }
   }
+  //! Whether every block sends codes: no E8M0 NaN code, every divisor positive and finite.
+  GRADCODEC_VINLINE bool all_send(vu16 code) const {
+    return divide ? vhmaxu(vload_u(enc) - vset1u(1)) < 0x7F7FFFFFu
+                  : vhmaxu(code) < blocks::e8m0_nan;
+  }
   //! Block j's quantizer: zero for the E8M0 NaN code (whose dec is NaN), a divisor zero
   //! unless positive and finite.
   blocks::block_quantizer at(unsigned j) const {
@@ -596,6 +673,70 @@ struct block_scaled_batch_quantizers {
     return q;
   }
 };
+
+//! The codes (and residuals) of blocks b0 .. b0 + 15 when every one sends and, where a byte
+//! format's residual decodes its codes (int8), every block's byte_decoder is plain
+//! (byte_mul: their multipliers): as block_scaled_code_chunks, 64 elements at a time
+//! (pack64), the scale of each 16 taken from the batch's arrays (group / 16 = 2^chunk_shift).
+template <unsigned Bits, bool Divide, class Coder, class Src, class Res>
+GRADCODEC_VINLINE void block_scaled_code_batch(blocks::minifloat f,
+                                               const block_scaled_batch_quantizers& qs,
+                                               const float* byte_mul, const Coder& coder,
+                                               const Src& src, const Res& res, const float* values,
+                                               std::uint64_t b0, std::uint64_t group,
+                                               unsigned chunk_shift, std::uint8_t* stream) {
+  const Src in = src;  // locals: the stores into the stream cannot change them
+  const Res out = res;
+  constexpr bool bytes = Bits == 8 && requires { Coder::format; };
+  constexpr bool with_values = block_scaled_coder_values<Bits, Coder>;
+  using byte_decoder = block_scaled_byte_decoder<block_scaled_coder_format<Coder>()>;
+  const std::uint64_t begin = b0 * group;
+  for (std::uint64_t c = 0; c < group; c += 4) {  // the batch holds `group` chunks of 16
+    vu16 codes[4];
+#pragma GCC unroll 4  // the codes stay in registers
+    for (unsigned k = 0; k < 4; ++k) {
+      const auto j = static_cast<unsigned>((c + k) >> chunk_shift);
+      const std::uint64_t i = begin + (c + k) * 16;
+      in.prefetch_next_block(i + 16 * group);  // the next batch, while this one is coded
+      const vf16 v = in.load(i);
+      const vf16 enc = vfrombits(vset1u(qs.enc[j]));
+      const vf16 r = Divide ? v / enc : v * enc;
+      if constexpr (Res::active && with_values) {
+        vf16 value;
+        codes[k] = coder.codes_values(r, value);
+        out.store(i, v - value * vfrombits(vset1u(qs.dec[j])));
+        continue;
+      }
+      codes[k] = coder(r, i);
+      if constexpr (Res::active) {
+        vf16 x;
+        if constexpr (bytes) {  // int8: the floating formats took codes_values
+          x = byte_decoder::scaled(codes[k]) * vset1(byte_mul[j]);
+        } else {
+          x = vcanonical_nan(block_scaled_code_values<Bits>(f, values, codes[k]) *
+                             vfrombits(vset1u(qs.dec[j])));
+        }
+        out.store(i, v - x);
+      }
+    }
+    pack64<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + c * 16) * Bits / 8, codes);
+  }
+}
+
+//! For block_scaled_code_batch: each block's byte_decoder multiplier into mul; whether every
+//! one is plain.
+template <element_format F>
+GRADCODEC_VINLINE bool block_scaled_batch_byte_muls(const block_scaled_batch_quantizers& qs,
+                                                    float* mul) {
+  bool plain = true;
+  for (unsigned j = 0; j < block_scaled_batch; ++j) {
+    const float dec = blocks::bits_float(qs.dec[j]);
+    const block_scaled_byte_decoder<F> d(dec);
+    plain = plain && d.plain;
+    mul[j] = dec * blocks::pow2f(block_scaled_byte_decoder<F>::shift);
+  }
+  return plain;
+}
 
 //! Encodes blocks b0 .. b0 + 15 (full, of `group` elements; E8M0 or nvfp4's E4M3 scales,
 //! g the tensor scale): scales into scales[b0 ..], codes, residuals. Returns whether one
@@ -613,7 +754,23 @@ GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, fl
                         : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(f.emax));
   pack16<8>(reinterpret_cast<std::byte*>(scales + b0), code);
   const block_scaled_batch_quantizers qs(r.scale, code, g);
+  const unsigned chunk_shift = static_cast<unsigned>(std::countr_zero(group / 16));
+  const bool whole_batch = qs.all_send(code) && group == std::uint64_t{16} << chunk_shift;
   block_scaled_with_coder<Bits, Stochastic>(f, uniforms, [&](const auto& coder) GRADCODEC_VLAMBDA {
+    using coder_type = std::remove_cvref_t<decltype(coder)>;
+    alignas(64) float byte_mul[block_scaled_batch];
+    bool fast = whole_batch && (Bits == 4 || !qs.divide);  // divisors: nvfp4 only
+    if constexpr (Res::active && Bits == 8 && requires { coder_type::format; } &&
+                  !block_scaled_coder_values<Bits, coder_type>)
+      fast = fast && block_scaled_batch_byte_muls<coder_type::format>(qs, byte_mul);
+    if (fast) {
+      if constexpr (Bits == 4)
+        if (qs.divide)  // nvfp4
+          return block_scaled_code_batch<Bits, true>(f, qs, byte_mul, coder, src, res, values, b0,
+                                                     group, chunk_shift, stream);
+      return block_scaled_code_batch<Bits, false>(f, qs, byte_mul, coder, src, res, values, b0,
+                                                  group, chunk_shift, stream);
+    }
     for (unsigned j = 0; j < block_scaled_batch; ++j) {
       const blocks::block_quantizer q = qs.at(j);
       if (q.zero && !Res::active)
@@ -967,6 +1124,16 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
       with_lanes([&](const auto& src, const auto&) {
         const philox16_gen rotation = philox16_make(rng, blocks::rng_stream::rotation);
         scan_tasks([&](std::uint64_t b, std::uint64_t end, float& a) {
+          // Unrotated blocks that are all finite: the largest block maximum is the largest
+          // |v| of the whole range, one read pass; else block by block.
+          if (!rule.rotate) {
+            const std::uint32_t m =
+                block_scaled_range_maximum(src, b * group, std::min(n, end * group));
+            if (m < 0x7F800000u) {
+              raise(a, {true, blocks::bits_float(m)});
+              return end;
+            }
+          }
           if (block_scaled_batch_fits(rule, group, n, b, end)) {
             const vu16 m = block_scaled_batch_maxima(src, b, group);
             const vu16 finite =

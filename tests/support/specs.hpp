@@ -34,6 +34,7 @@ inline const char* const kSpecs[] = {
     "mxfp8",
     "mxfp8:fmt=e5m2,block=20,rounding=stochastic",
     "mxfp8:rotate=1",
+    "mxfp8:fmt=e5m2,block=64",
     "mxfp6",
     "mxfp6:fmt=e2m3,rotate=1,block=40",
     "mxfp4",
