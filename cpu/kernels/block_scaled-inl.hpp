@@ -247,13 +247,13 @@ struct block_scaled_nearest_coder {
     const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
     const vu16 rounded = abits + vset1u((1u << (22 - M)) - 1u) + (vshr(abits, 23 - M) & vset1u(1u));
     const vf16 sum = vfrombits(abits) + magic;
-    const mask16 small = vltu(abits, min_normal);
-    const vu16 mag =
-        vminu(vselectu(small, vbits(sum) - vbits(magic), vshr(rounded - rebias, 23 - M)), max_code);
+    const vu16 mag = vminu(
+        vselect_ltu(abits, min_normal, vbits(sum) - vbits(magic), vshr(rounded - rebias, 23 - M)),
+        max_code);
     const vu16 nonzero = mag + vset1u(sign_bit - 1u);  // sign bit set where mag is not 0
-    const vf16 a = vmin(
-        vfrombits(vselectu(small, vbits(sum - magic), rounded & vset1u(~((1u << (23 - M)) - 1u)))),
-        max_value);
+    const vf16 a = vmin(vfrombits(vselect_ltu(abits, min_normal, vbits(sum - magic),
+                                              rounded & vset1u(~((1u << (23 - M)) - 1u)))),
+                        max_value);
     value = vfrombits(vbits(a) | (vshl(nonzero, 32 - Bits) & rbits & vset1u(0x80000000u)));
     return mag | (nonzero & vshr(rbits, 32 - Bits) & vset1u(sign_bit));
   }
@@ -264,7 +264,7 @@ struct block_scaled_nearest_coder {
     const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
     const vu16 normal = vshr(abits + round_rebias + (vshr(abits, 23 - M) & vset1u(1u)), 23 - M);
     const vu16 subnormal = vbits(vfrombits(abits) + magic) - vbits(magic);
-    const vu16 mag = vminu(vselectu(vltu(abits, min_normal), subnormal, normal), max_code);
+    const vu16 mag = vminu(vselect_ltu(abits, min_normal, subnormal, normal), max_code);
     // mag + sign_bit - 1 has the sign bit set exactly when mag is not 0 (mag < sign_bit).
     const vu16 nonzero = mag + vset1u(sign_bit - 1u);
     return mag | (nonzero & vshr(rbits, 32 - Bits) & vset1u(sign_bit));
@@ -279,7 +279,8 @@ struct block_scaled_int8_coder {
   GRADCODEC_VINLINE vu16 operator()(vf16 r, std::uint64_t) const {
     const vf16 t = vmin(vabs(r) * vset1(64.0f), vset1(256.0f));
     const vu16 mag = vminu(vbits(t + vset1(0x1p23f)) - vbits(vset1(0x1p23f)), vset1u(127));
-    return vselectu(vgti(vset1u(0), vbits(r)), (vset1u(0) - mag) & vset1u(0xFFu), mag);
+    const vu16 neg = vset1u(0) - vshr(vbits(r), 31);  // all ones where r < 0
+    return ((mag ^ neg) - neg) & vset1u(0xFFu);
   }
 };
 

@@ -115,6 +115,13 @@ GRADCODEC_VINLINE mask16 vltu(vu16 a, vu16 b) {
   const vu16 m = vminu(a, b);
   return static_cast<mask16>(vequ(m, a) & ~vequ(a, b));
 }
+//! x where a < b (unsigned), y elsewhere, by a lane-valued blend: vselectu(vltu(...)) moves
+//! the mask through a general-purpose register and back.
+GRADCODEC_VINLINE vu16 vselect_ltu(vu16 a, vu16 b, vu16 x, vu16 y) {
+  const __m256i ge_lo = _mm256_cmpeq_epi32(_mm256_max_epu32(a.lo, b.lo), a.lo);
+  const __m256i ge_hi = _mm256_cmpeq_epi32(_mm256_max_epu32(a.hi, b.hi), a.hi);
+  return {_mm256_blendv_epi8(x.lo, y.lo, ge_lo), _mm256_blendv_epi8(x.hi, y.hi, ge_hi)};
+}
 GRADCODEC_VINLINE vu16 vtrunc_u(vf16 a) {
   return {_mm256_cvttps_epi32(a.lo), _mm256_cvttps_epi32(a.hi)};
 }

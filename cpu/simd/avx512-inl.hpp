@@ -66,6 +66,10 @@ GRADCODEC_VINLINE vu16 vminu(vu16 a, vu16 b) { return {_mm512_min_epu32(a.v, b.v
 GRADCODEC_VINLINE mask16 vltu(vu16 a, vu16 b) {
   return _mm512_cmp_epu32_mask(a.v, b.v, _MM_CMPINT_LT);
 }
+//! x where a < b (unsigned), y elsewhere.
+GRADCODEC_VINLINE vu16 vselect_ltu(vu16 a, vu16 b, vu16 x, vu16 y) {
+  return vselectu(vltu(a, b), x, y);
+}
 GRADCODEC_VINLINE mask16 vequ(vu16 a, vu16 b) {
   return _mm512_cmp_epu32_mask(a.v, b.v, _MM_CMPINT_EQ);
 }

@@ -113,6 +113,10 @@ GRADCODEC_VINLINE vu16 vselectu(mask16 m, vu16 a, vu16 b) {
   GRADCODEC_LANES r.v[j] = (m >> j) & 1u ? a.v[j] : b.v[j];
   return r;
 }
+//! x where a < b (unsigned), y elsewhere.
+GRADCODEC_VINLINE vu16 vselect_ltu(vu16 a, vu16 b, vu16 x, vu16 y) {
+  return vselectu(vltu(a, b), x, y);
+}
 GRADCODEC_VINLINE vu16 vshl(vu16 a, unsigned s) {
   vu16 r;
   GRADCODEC_LANES r.v[j] = a.v[j] << s;
