@@ -15,7 +15,9 @@ A run is named by a string:
   (``dense``: uncompressed). Keys: ``H`` (sync_every), ``P`` (fragments), ``tau``
   (delay), ``lr``, ``momentum``, ``nesterov``, ``mix``, ``K`` (participants), ``steps``
   (this run's budget and learning-rate schedule instead of the task's), ``switch``
-  (switch_interval; ``none`` leaves the interpreter's); the
+  (switch_interval; ``none`` leaves the interpreter's), ``transport`` (``torch``, the
+  default: the process group; ``mpi``: ``gradcodec.Communicator.mpi()``, the collectives
+  in C++, for a job started by mpirun, e.g. under scripts/shaped-network); the
   defaults: outer Nesterov SGD with lr 1 and momentum 0.5 (``outer/H=50/minmax:bits=4``);
 - anything else: a gradcodec spec through ``gradcodec.torch.hook`` with the hook's
   defaults; ``SPEC@key=value,...`` sets ``HookState`` options (``qsgd@error_feedback=1``).
@@ -43,7 +45,8 @@ BASELINE = "fp32"
 COMPUTE = "compute"  # no communication at all: each rank trains its own copy
 _OUTER_KEYS = {"H": "sync_every", "P": "fragments", "tau": "delay", "lr": "lr",
                "momentum": "momentum", "nesterov": "nesterov", "mix": "mix",
-               "K": "participants", "steps": "steps", "switch": "switch_interval"}
+               "K": "participants", "steps": "steps", "switch": "switch_interval",
+               "transport": "transport", "poll": "wait_poll"}
 # Outer Nesterov SGD; lr 1 and momentum 0.5 trained best on examples/outer_chars.py at H=50
 # (DiLoCo's 0.7 and 0.9: +6.4 % against +2.7 %, docs/outer.md).
 _OUTER_DEFAULTS = {"lr": 1.0, "momentum": 0.5, "nesterov": True}
@@ -140,6 +143,7 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
     `target` is reported as time_to_target."""
     import copy
 
+    import torch
     import torch.distributed as dist
     import torch.nn as nn
 
@@ -161,6 +165,19 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
     torch_elements = 0.0 if kind == COMPUTE else float(n_params)
     outer = None
     if kind == "outer":
+        transport = options.pop("transport", "torch")
+        wait_poll = options.pop("wait_poll", None)
+        if transport == "mpi":
+            import gradcodec
+
+            comm = gradcodec.Communicator.mpi(**({} if wait_poll is None else
+                                                 {"wait_poll": wait_poll}))
+            if comm.size != world:  # MPI_Init outside mpirun makes a world of one
+                raise ValueError(f"{name}: transport=mpi needs a job of {world} ranks "
+                                 f"started by mpirun (MPI's world has {comm.size})")
+            options["communicator"] = comm
+        elif transport != "torch":
+            raise ValueError(f"{name}: transport is torch or mpi, not {transport}")
         outer = gct.OuterSync(model, spec=spec, seed=task.seed, threads=1, **options)
     elif kind == "gradcodec":
         state = gct.HookState(spec=spec, seed=task.seed, **options)
@@ -214,6 +231,9 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
                 began = time.perf_counter()
                 if reached():
                     time_to_target = began - start - evaluated_s
+                # Evaluations take unequal times on the ranks: realigned here, a rank's
+                # next sync does not wait for another's evaluation.
+                dist.barrier()
                 evaluated_s += time.perf_counter() - began
     except RuntimeError as e:
         # The hook's non-finite decision (the same on every rank; DDP re-raises it as a
@@ -224,7 +244,12 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
     exposed = None
     if outer is not None:
         outer.settle()
-        exposed = (outer.exposed_seconds, outer.sync_seconds)
+        # Every rank's: a rank ahead of the others waits at a sync for them (their pace,
+        # not the network), so the rank that waited least is the one that set the pace.
+        mine = torch.tensor([outer.exposed_seconds, outer.sync_seconds], dtype=torch.float64)
+        every = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(every, mine)
+        exposed = [tuple(e.tolist()) for e in every]
         # A run ends where it would stop: on θ_global (the last inner steps not synced
         # yet are a rank's own).
         outer.load_global()
@@ -413,8 +438,8 @@ def print_table(task, results: Dict[str, Dict[str, Any]], world: int) -> None:
         peak = r.get("peak_sync_bytes")
         extra = f"  peak sync {peak} B" if peak else ""
         if r.get("exposed_sync"):
-            exposed, total = r["exposed_sync"]
-            extra += f"  sync {total:.2f}s, exposed {exposed:.2f}s"
+            extra += "  exposed/sync s by rank " + " ".join(
+                f"{e:.2f}/{t:.2f}" for e, t in r["exposed_sync"])
         if r.get("eval_every"):
             if name == BASELINE:  # its own final quality: reached at the end
                 extra += f"  to target {r['seconds_training']:.1f}s"

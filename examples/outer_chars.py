@@ -15,6 +15,12 @@ the most bytes of one sync, and the wall time::
     python3 examples/outer_chars.py
     python3 examples/outer_chars.py --steps 800 --codecs outer/H=50/dense
 
+Over a shaped network, each rank in its own namespace (``--launched`` with rank 0's
+address); ``transport=mpi`` runs the syncs over the library's MPI communicator::
+
+    scripts/shaped-network 100mbit 2 -- python3 examples/outer_chars.py --launched 10.78.0.1 \
+        --eval-every 10 --codecs outer/H=50/P=4/tau=4/steps=400/transport=mpi/minmax:bits=4
+
 Run names are those of examples/ddp_compare.py (``outer/H=50/P=4/tau=1/minmax:bits=4``).
 Build the bindings first (see examples/ddp_digits.py).
 """

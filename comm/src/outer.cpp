@@ -99,38 +99,57 @@ std::uint64_t fingerprint_of(const outer_config& cfg, std::uint64_t n, int world
 
 enum class outer_reason : std::uint16_t {
   bad_view = 1,
-  bad_config = 2,
   bad_state = 3,
   participation_in_hierarchy = 4,
+  // The configuration's rules, one code each so that every rank's message names the one
+  // broken (a status holds 119 characters).
+  fragments_out_of_range = 5,
+  fragments_over_tensors = 6,
+  delay_too_long = 7,
+  mix_out_of_range = 8,
+  momentum_out_of_range = 9,
+  lr_not_finite = 10,
+  participants_over_ranks = 11,
+  not_averaged = 12,
+  tensor_outside = 13,
 };
 
 const char* reason_text(outer_reason r) noexcept {
   switch (r) {
     case outer_reason::bad_view: return "its parameters are not an f32 view of the state's size";
-    case outer_reason::bad_config:
-      return "its configuration is invalid (1 <= fragments <= sync_every, delay <= "
-             "sync_every / fragments, 0 <= mix <= 1, 0 <= momentum < 1, finite lr, "
-             "participants <= ranks, average)";
     case outer_reason::bad_state:
       return "its outer state is not initialized or belongs to another configuration";
     case outer_reason::participation_in_hierarchy:
       return "partial participation is not defined over a hierarchy";
+    case outer_reason::fragments_out_of_range: return "fragments must be 1..sync_every";
+    case outer_reason::fragments_over_tensors: return "fragments exceed the model's tensors";
+    case outer_reason::delay_too_long: return "delay exceeds sync_every / fragments";
+    case outer_reason::mix_out_of_range: return "mix is not in [0, 1]";
+    case outer_reason::momentum_out_of_range: return "momentum is not in [0, 1)";
+    case outer_reason::lr_not_finite: return "lr is not finite";
+    case outer_reason::participants_over_ranks: return "participants exceed the ranks";
+    case outer_reason::not_averaged: return "reduce.average is false (Δ is averaged)";
+    case outer_reason::tensor_outside: return "a tensor lies outside the parameters";
   }
   return "unknown reason";
 }
 
-bool config_valid(const outer_config& c, std::uint64_t n, int world) noexcept {
-  if (c.fragments < 1 || c.sync_every < c.fragments) return false;
-  if (c.delay > c.sync_every / c.fragments) return false;
-  if (!(c.mix >= 0.0f && c.mix <= 1.0f) || !std::isfinite(c.lr)) return false;
-  if (!(c.momentum >= 0.0f && c.momentum < 1.0f)) return false;
-  if (c.participants > static_cast<std::uint32_t>(world) || !c.reduce.average) return false;
+std::optional<outer_reason> config_problem(const outer_config& c, std::uint64_t n,
+                                           int world) noexcept {
+  if (c.fragments < 1 || c.sync_every < c.fragments) return outer_reason::fragments_out_of_range;
+  if (c.delay > c.sync_every / c.fragments) return outer_reason::delay_too_long;
+  if (!(c.mix >= 0.0f && c.mix <= 1.0f)) return outer_reason::mix_out_of_range;
+  if (!std::isfinite(c.lr)) return outer_reason::lr_not_finite;
+  if (!(c.momentum >= 0.0f && c.momentum < 1.0f)) return outer_reason::momentum_out_of_range;
+  if (c.participants > static_cast<std::uint32_t>(world))
+    return outer_reason::participants_over_ranks;
+  if (!c.reduce.average) return outer_reason::not_averaged;
   if (!c.reduce.tensors.empty()) {
-    if (c.reduce.tensors.size() < c.fragments) return false;
+    if (c.reduce.tensors.size() < c.fragments) return outer_reason::fragments_over_tensors;
     for (const tensor_slot& s : c.reduce.tensors)
-      if (s.offset > n || s.n > n - s.offset) return false;
+      if (s.offset > n || s.n > n - s.offset) return outer_reason::tensor_outside;
   }
-  return true;
+  return std::nullopt;
 }
 
 // What every rank of a sync must hold alike, and its failures (comm's agreement checks
@@ -287,8 +306,8 @@ status step_impl(communicator& world, const hierarchy* h, const outer_config& cf
   std::optional<outer_reason> bad;
   if (!view_ok(local, n))
     bad = outer_reason::bad_view;
-  else if (!config_valid(cfg, n, size))
-    bad = outer_reason::bad_config;
+  else if (auto problem = config_problem(cfg, n, size))
+    bad = problem;
   else if (s.fingerprint != fingerprint || s.reduce.size() != cfg.fragments)
     bad = outer_reason::bad_state;
   else if (h != nullptr && cfg.participants != 0)
@@ -437,9 +456,8 @@ status outer_init(communicator& comm, const outer_config& cfg, tensor_view local
   if (!view_ok(local, n))
     f.failure =
         detail::failure_word(comm.rank(), static_cast<std::uint16_t>(outer_reason::bad_view));
-  else if (!config_valid(cfg, n, comm.size()))
-    f.failure =
-        detail::failure_word(comm.rank(), static_cast<std::uint16_t>(outer_reason::bad_config));
+  else if (auto problem = config_problem(cfg, n, comm.size()))
+    f.failure = detail::failure_word(comm.rank(), static_cast<std::uint16_t>(*problem));
   memory_ops* mem = comm.memory_services();
   if (mem == nullptr)
     return {status_code::backend_unavailable,

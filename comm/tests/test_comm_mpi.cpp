@@ -8,8 +8,10 @@
 // Every rank runs every test and reaches every collective even after a failed check
 // (EXPECT, never ASSERT, around collectives), so a failure cannot turn into a hang.
 #include <gtest/gtest.h>
+
 #include <mpi.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -289,7 +291,7 @@ class failure_printer : public testing::EmptyTestEventListener {
 
 // The outer synchronizer over MPI, its delayed syncs reduced on the engine's thread
 // (MPI_THREAD_SERIALIZED), gives the bytes of the same run on the thread simulation.
-TEST(MpiOuter, DelayedFragmentedSyncsEqualTheThreadSimulation) {
+TEST(MpiOuter, DelayedFragmentedSyncsEqualTheThreadSimulationWhetherWaitsSpinOrPoll) {
   const int w = world->size();
   const std::uint64_t n = 300;
   gcc::outer_config cfg;
@@ -320,11 +322,16 @@ TEST(MpiOuter, DelayedFragmentedSyncsEqualTheThreadSimulation) {
   const auto sim = gcc::run_threads(w, [&](gcc::communicator& c) {
     return train(c, simulated[static_cast<std::size_t>(c.rank())]);
   });
-  std::vector<std::byte> mine;
-  const status st = train(*world, mine);
-  EXPECT_TRUE(st.ok()) << st.message();
   EXPECT_TRUE(sim[static_cast<std::size_t>(world->rank())].ok());
-  EXPECT_EQ(mine, simulated[static_cast<std::size_t>(world->rank())]);
+  for (const auto poll : {std::chrono::microseconds(0), std::chrono::microseconds(50)}) {
+    world->set_wait_poll(poll);
+    std::vector<std::byte> mine;
+    const status st = train(*world, mine);
+    EXPECT_TRUE(st.ok()) << st.message();
+    EXPECT_EQ(mine, simulated[static_cast<std::size_t>(world->rank())])
+        << "wait_poll " << poll.count() << " us";
+  }
+  world->set_wait_poll(std::chrono::microseconds(0));
 }
 
 }  // namespace

@@ -492,6 +492,52 @@ TEST(Outer, ARankWithAnotherConfigurationFailsEveryRankAlike) {
       << own[0].message();
 }
 
+// Every rule of the configuration has a message of its own that fits a status whole, the
+// same on every rank (outer_init checks the configuration before anything else).
+TEST(Outer, AnInvalidConfigurationNamesTheRuleItBreaks) {
+  struct broken {
+    std::function<void(gcc::outer_config&)> edit;
+    const char* rule;
+  };
+  static const gcc::tensor_slot one_tensor[] = {{0, 64, 0}};
+  static const gcc::tensor_slot past_the_end[] = {{0, 32, 0}, {32, 33, 0}};
+  const std::vector<broken> cases = {
+      {[](auto& c) { c.fragments = 0; }, "fragments must be 1..sync_every"},
+      {[](auto& c) { c.fragments = 5; }, "fragments must be 1..sync_every"},
+      {[](auto& c) {
+         c.reduce.tensors = one_tensor;
+         c.fragments = 2;
+       },
+       "fragments exceed the model's tensors"},
+      {[](auto& c) {
+         c.fragments = 2;
+         c.delay = 3;
+       },
+       "delay exceeds sync_every / fragments"},
+      {[](auto& c) { c.mix = 2.0f; }, "mix is not in [0, 1]"},
+      {[](auto& c) { c.momentum = 1.0f; }, "momentum is not in [0, 1)"},
+      {[](auto& c) { c.lr = INFINITY; }, "lr is not finite"},
+      {[](auto& c) { c.participants = 3; }, "participants exceed the ranks"},
+      {[](auto& c) { c.reduce.average = false; }, "reduce.average is false"},
+      {[](auto& c) { c.reduce.tensors = past_the_end; }, "a tensor lies outside the parameters"},
+  };
+  for (const auto& k : cases) {
+    auto st = gcc::run_threads(2, [&](gcc::communicator& c) -> status {
+      auto cfg = outer("minmax:bits=4", 4);
+      k.edit(cfg);
+      auto theta = initial(64, c.rank());
+      gcc::outer_state state;
+      return gcc::outer_init(c, cfg, gc::view(theta), state);
+    });
+    for (const auto& s : st) {
+      EXPECT_FALSE(s.ok()) << k.rule;
+      EXPECT_EQ(std::string(s.message()), st[0].message()) << k.rule;
+      EXPECT_NE(std::string(s.message()).find(k.rule), std::string::npos)
+          << "expected '" << k.rule << "' in: " << s.message();
+    }
+  }
+}
+
 TEST(Outer, ANonFiniteDeltaIsTheSameErrorOnEveryRankAndChangesNothing) {
   std::vector<std::vector<float>> globals;
   auto st = run_with(

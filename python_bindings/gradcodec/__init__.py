@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from ._gradcodec import (
     Codec,
+    Communicator,
     FrameInfo,
     StatusCode,
     __version__,
@@ -71,6 +72,7 @@ from ._powersgd import PowerSGDState
 
 __all__ = [
     "Codec",
+    "Communicator",
     "Error",
     "FrameInfo",
     "PowerSGDState",

@@ -11,8 +11,10 @@ inner optimizer and calls ``step()`` after each inner step::
         outer.step()
 
 The engine is the C++ one (``gradcodec/comm/outer.hpp``) running over the process group
-through :class:`gradcodec._torch_transport.TorchTransport`, so a torch job moves and
-computes exactly the bytes a C++ job does, and θ_global is bit-identical on every rank."""
+through :class:`gradcodec._torch_transport.TorchTransport`, or, in a job started by mpirun,
+over ``communicator=gradcodec.Communicator.mpi()`` (the collectives in C++, no Python call
+inside a sync), so a torch job moves and computes exactly the bytes a C++ job does, and
+θ_global is bit-identical on every rank."""
 
 import sys
 from typing import Any, Dict, Iterable, List, Optional, Union
@@ -36,7 +38,11 @@ class OuterSync:
     makes for them), lr, momentum, nesterov (the outer SGD), participants (K
     ranks drawn per sync, 0 = all), seed, strategy and error_feedback (the allreduce's;
     error feedback None follows the codec's bounds), process_group, threads (the
-    library's CPU threads; default torch.get_num_threads()). switch_interval: while a
+    library's CPU threads; default torch.get_num_threads()). communicator: the library's
+    communicator to run over instead of the process group, e.g.
+    ``gradcodec.Communicator.mpi()`` in a job started by mpirun, where a delayed sync's
+    collectives then need neither the interpreter nor its lock (one communicator per
+    OuterSync; bytes_sent is then the library's count). switch_interval: while a
     delayed sync is in flight, the interpreter's thread switch interval in seconds (the
     reduction's collectives are Python calls from the engine's thread, each waiting for
     the training thread to let go of the GIL: every 5 ms by default), restored when the
@@ -58,7 +64,8 @@ class OuterSync:
                  strategy: Optional[str] = None, error_feedback: Optional[bool] = None,
                  process_group: Optional[Any] = None, threads: Optional[int] = None,
                  candidates: Optional[List[Any]] = None, profile: Optional[Any] = None,
-                 margin: float = 0.05, switch_interval: Optional[float] = 1e-4):
+                 margin: float = 0.05, switch_interval: Optional[float] = 1e-4,
+                 communicator: Optional[Any] = None):
         if switch_interval is not None and not switch_interval > 0:
             raise ValueError("OuterSync: switch_interval must be > 0 seconds or None")
         self._switch_interval = switch_interval
@@ -78,7 +85,16 @@ class OuterSync:
             at += p.numel()
         self._flat = np.empty(at, dtype=np.float32)
         self._flat_t = torch.from_numpy(self._flat)
-        if delay > 0:
+        self.transport: Optional[TorchTransport] = None
+        if communicator is not None:
+            if process_group is not None:
+                raise ValueError("OuterSync: give a process_group or a communicator, not both")
+            if not isinstance(communicator, _gc.Communicator):
+                raise TypeError("OuterSync: communicator must be a gradcodec.Communicator")
+            self._comm = communicator
+            # No Python runs in the sync: the interpreter's switch interval does not matter.
+            self._switch_interval = None
+        elif delay > 0:
             # The reduction of a delayed sync runs on the engine's thread while the caller
             # goes on: a group of its own keeps its collectives from interleaving with the
             # caller's (a loss all-reduce, another OuterSync, DDP) on the same group.
@@ -89,8 +105,9 @@ class OuterSync:
                 ranks = [global_rank(process_group, r)
                          for r in range(dist.get_world_size(process_group))]
             process_group = dist.new_group(ranks=ranks)
-        self.transport = TorchTransport(process_group)
-        self._comm = _gc.Communicator.from_transport(self.transport)
+        if communicator is None:
+            self.transport = TorchTransport(process_group)
+            self._comm = _gc.Communicator.from_transport(self.transport)
         self.plan: Optional[Dict[str, Any]] = None
         threads = torch.get_num_threads() if threads is None else threads
         if spec == "auto":
@@ -213,7 +230,10 @@ class OuterSync:
 
     @property
     def bytes_sent(self) -> int:
-        """Bytes this rank put on the network so far (TorchTransport.wire_bytes)."""
+        """Bytes this rank put on the network so far (TorchTransport.wire_bytes; over a
+        library communicator, library_bytes_sent)."""
+        if self.transport is None:
+            return self._engine.bytes_sent
         return self.transport.wire_bytes
 
     @property

@@ -196,6 +196,24 @@ void register_communicator(nb::module_& m) {
           },
           nb::arg("size"),
           "`size` communicators of one process, one per thread (tests, simulations).")
+      .def_static(
+          "mpi",
+          [](double wait_poll) {
+            if (!(wait_poll >= 0.0 && wait_poll <= 1.0))
+              raise_error(status_code::invalid_argument,
+                          "Communicator.mpi: wait_poll must be 0..1 seconds");
+            auto h = std::make_unique<communicator_handle>();
+            check(open_mpi_world(wait_poll, h->comm));
+            return h.release();
+          },
+          nb::arg("wait_poll") = 1e-4, nb::rv_policy::take_ownership,
+          "Over MPI_COMM_WORLD of a process started by mpirun (a duplicate per call: one per "
+          "OuterSync): the collectives run in C++, with no Python call inside a sync. "
+          "Initializes MPI (MPI_THREAD_MULTIPLE) unless the process did. wait_poll (seconds): "
+          "the wait tests the request and sleeps this long between tests, leaving a core it "
+          "shares with the training to the training while a delayed sync is in flight; 0 "
+          "waits in MPI_Wait, which spins (docs/outer.md).")
+      .def_static("mpi_built", &mpi_built, "Whether this extension was built with MPI.")
       .def_prop_ro("rank", [](const communicator_handle& h) { return h.comm->rank(); })
       .def_prop_ro("size", [](const communicator_handle& h) { return h.comm->size(); });
 }

@@ -28,4 +28,12 @@ status without_gil(F&& call) {
   return call();
 }
 
+//! A communicator over MPI_COMM_WORLD (a duplicate of it, one per call), initializing MPI
+//! with MPI_THREAD_MULTIPLE when the process has not (and finalizing it at interpreter
+//! exit); an error when the extension was built without MPI. wait_poll_s > 0: waits test
+//! and sleep that long between tests instead of spinning (mpi_communicator::set_wait_poll).
+status open_mpi_world(double wait_poll_s, std::unique_ptr<gcc::communicator>& out);
+//! Whether the extension was built with MPI (Communicator.mpi() can work).
+bool mpi_built() noexcept;
+
 }  // namespace gradcodec::python

@@ -1,9 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""gradcodec.torch.OuterSync over gloo: the bytes of the C++ engine (the same runs on the
-library's thread communicators), H = 1 dense equals DDP, checkpoint and resume, and the
+"""gradcodec.torch.OuterSync over gloo and over the library's MPI communicator: the bytes
+of the C++ engine (the same runs on the library's thread communicators), H = 1 dense
+equals DDP, checkpoint and resume, and the
 same error on every rank for a non-finite Δ and for a rank with another configuration."""
 
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -66,9 +69,9 @@ def flat(params):
     return torch.cat([p.detach().reshape(-1) for p in params]).numpy().copy()
 
 
-def run_torch_case(rank, args):
+def run_torch_case(rank, args, communicator=None):
     params = [p.clone() if rank == 0 else torch.zeros_like(p) for p in initial()]
-    outer = gct.OuterSync(params, threads=1, **args)
+    outer = gct.OuterSync(params, threads=1, communicator=communicator, **args)
     for t in range(STEPS):
         inner_step(params, rank, t)
         outer.step()
@@ -118,16 +121,21 @@ def bytes_worker(rank, world, init_file, out_dir):
 def spawn(worker):
     """Runs worker(rank, world, init_file, out_dir) on WORLD processes; each rank pickles
     its result to out_dir (a queue would block a rank whose result outgrows the pipe)."""
-    import pickle
-
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(worker, args=(WORLD, os.path.join(tmp, "init"), tmp), nprocs=WORLD)
-        out = {}
-        for rank in range(WORLD):
-            with open(os.path.join(tmp, f"{rank}.pkl"), "rb") as f:
-                out[rank] = pickle.load(f)
+        return collect(tmp)
+
+
+def collect(out_dir):
+    """{rank: what the rank put()} for every rank."""
+    import pickle
+
+    out = {}
+    for rank in range(WORLD):
+        with open(os.path.join(out_dir, f"{rank}.pkl"), "rb") as f:
+            out[rank] = pickle.load(f)
     return out
 
 
@@ -138,19 +146,60 @@ def put(out_dir, rank, value):
         pickle.dump(value, f)
 
 
-def test_outer_sync_over_gloo_moves_the_bytes_of_the_cpp_engine():
-    torch_runs = spawn(bytes_worker)
+def expect_the_cpp_engine(runs):
+    """Every rank's (state, parameters, bytes) of every case equal the C++ engine's on the
+    library's thread communicators, and θ_global is the same on every rank."""
     for name, args in CASES:
         reference = run_thread_case(args)
         for rank in range(WORLD):
-            state, params, sent = torch_runs[rank][name]
+            state, params, sent = runs[rank][name]
             ref_state, ref_params, ref_sent = reference[rank]
             assert state == ref_state, f"{name}: rank {rank}'s state differs from the C++ run"
             assert np.array_equal(params, ref_params), f"{name}: rank {rank}'s parameters"
             assert sent == ref_sent, name
-        # θ_global is identical on every rank (the state's first 96 bytes hold counters).
-        globals_ = {bytes(torch_runs[r][name][0][96: 96 + 4 * params.size]) for r in range(WORLD)}
+        # The state's first 96 bytes hold counters, θ_global follows.
+        globals_ = {bytes(runs[r][name][0][96: 96 + 4 * params.size]) for r in range(WORLD)}
         assert len(globals_) == 1, name
+
+
+def test_outer_sync_over_gloo_moves_the_bytes_of_the_cpp_engine():
+    expect_the_cpp_engine(spawn(bytes_worker))
+
+
+def test_outer_sync_over_mpi_moves_the_bytes_of_the_cpp_engine():
+    if not ext.Communicator.mpi_built():
+        pytest.skip("the extension was built without MPI (none found at configure time)")
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("no mpirun on PATH (scripts/install-deps installs Open MPI)")
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "outer_mpi_worker.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(WORLD),
+                        sys.executable, worker, tmp], check=True, timeout=240)
+        runs = collect(tmp)
+    expect_the_cpp_engine(runs)
+
+
+def test_mpi_communicator_outside_mpirun_is_a_world_of_one_and_is_refused_beside_a_group():
+    if not ext.Communicator.mpi_built():
+        pytest.skip("the extension was built without MPI (none found at configure time)")
+    # Run in a child: MPI is initialised once per process and finalized at its exit.
+    code = ("import torch, gradcodec as gc, gradcodec.torch as gct\n"
+            "c = gc.Communicator.mpi()\n"
+            "assert (c.rank, c.size) == (0, 1), (c.rank, c.size)\n"
+            "try:\n"
+            "    gct.OuterSync([torch.zeros(3)], communicator=c, process_group=object())\n"
+            "except ValueError as e:\n"
+            "    assert 'not both' in str(e)\n"
+            "else:\n"
+            "    raise SystemExit('a communicator beside a process group was accepted')\n"
+            "p = [torch.ones(3)]\n"
+            "o = gct.OuterSync(p, communicator=c, sync_every=2)\n"
+            "for _ in range(4):\n"
+            "    o.step()\n"
+            "assert o.rounds == 2 and o.bytes_sent == o.library_bytes_sent\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=env)
 
 
 def behaviour_worker(rank, world, init_file, out_dir):

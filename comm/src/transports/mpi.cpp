@@ -9,6 +9,7 @@
 #include <bit>
 #include <climits>
 #include <string>
+#include <thread>
 
 namespace gradcodec::comm {
 
@@ -246,9 +247,16 @@ status mpi_communicator::wait(request& req) {
       std::find_if(pending_.begin(), pending_.end(), [id](const pending& p) { return p.id == id; });
   if (it == pending_.end())
     return {status_code::invalid_argument, "wait: unknown or completed request"};
-  const int rc = MPI_Wait(&it->req, MPI_STATUS_IGNORE);
+  int rc = MPI_SUCCESS;
+  if (wait_poll_.count() == 0) {
+    rc = MPI_Wait(&it->req, MPI_STATUS_IGNORE);
+  } else {
+    int done = 0;
+    while ((rc = MPI_Test(&it->req, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && done == 0)
+      std::this_thread::sleep_for(wait_poll_);
+  }
   pending_.erase(it);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Wait");
+  if (rc != MPI_SUCCESS) return mpi_error(rc, wait_poll_.count() == 0 ? "MPI_Wait" : "MPI_Test");
   return {};
 }
 

@@ -7,6 +7,7 @@
 //! the core library never does.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -28,6 +29,14 @@ class mpi_communicator final : public communicator {
   [[nodiscard]] std::string_view name() const noexcept override { return "mpi"; }
   //! The duplicated communicator (for the caller's own MPI calls on the same group).
   [[nodiscard]] MPI_Comm handle() const noexcept { return comm_; }
+
+  //! How wait() waits: zero (the default) is MPI_Wait, which spins until the request
+  //! completes; a positive interval tests the request and sleeps that long between tests,
+  //! so a thread waiting beside the caller's compute on a shared core (the outer
+  //! synchronizer's delayed sync) leaves the core to it, at the price of up to one
+  //! interval of latency per wait.
+  void set_wait_poll(std::chrono::microseconds interval) noexcept { wait_poll_ = interval; }
+  [[nodiscard]] std::chrono::microseconds wait_poll() const noexcept { return wait_poll_; }
 
   status iallgather(const void* send, std::uint64_t send_bytes, void* recv, request& req) override;
   status iallgatherv(const void* send, std::uint64_t send_bytes, void* recv,
@@ -53,6 +62,7 @@ class mpi_communicator final : public communicator {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 1;
+  std::chrono::microseconds wait_poll_{0};
   std::uint64_t next_id_ = 1;
   std::vector<pending> pending_;                               // in flight, in posting order
   std::vector<std::pair<std::uint64_t, MPI_Datatype>> types_;  // contiguous byte blocks by size
