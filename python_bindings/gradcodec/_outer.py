@@ -16,7 +16,9 @@ over ``communicator=gradcodec.Communicator.mpi()`` (the collectives in C++, no P
 inside a sync), so a torch job moves and computes exactly the bytes a C++ job does, and
 θ_global is bit-identical on every rank."""
 
+import atexit
 import sys
+import weakref
 from typing import Any, Dict, Iterable, List, Optional, Union
 
 import numpy as np
@@ -94,6 +96,10 @@ class OuterSync:
             self._comm = communicator
             # No Python runs in the sync: the interpreter's switch interval does not matter.
             self._switch_interval = None
+            # A sync still in flight at exit is waited for before MPI is finalized: the
+            # finalizer was registered when MPI was initialized, before this, and atexit
+            # runs its functions last in, first out.
+            atexit.register(_settle_at_exit, weakref.ref(self))
         elif delay > 0:
             # The reduction of a delayed sync runs on the engine's thread while the caller
             # goes on: a group of its own keeps its collectives from interleaving with the
@@ -271,3 +277,10 @@ class OuterSync:
                              f"expected {_STATE_VERSION}")
         self._engine.load(np.frombuffer(state["engine"], dtype=np.uint8))
         self._follow_flight()  # a loaded state has no sync in flight
+
+
+def _settle_at_exit(ref: "weakref.ref[OuterSync]") -> None:
+    outer = ref()
+    if outer is not None and getattr(outer, "_engine", None) is not None \
+            and outer._engine.in_flight:
+        outer.settle()
