@@ -28,9 +28,9 @@ const char* thread_level_name(int level) {
   }
 }
 
-// MPI is finalized at interpreter exit only when this extension initialized it; a
-// communicator dropped after that frees nothing (mpi_communicator checks MPI_Finalized).
-void finalize_if_ours() {
+// Registered with atexit only when this extension initialized MPI; a communicator
+// dropped after it frees nothing (mpi_communicator checks MPI_Finalized).
+void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized) MPI_Finalize();
@@ -46,7 +46,7 @@ status open_mpi_world(double wait_poll_s, std::unique_ptr<gcc::communicator>& ou
   if (!initialized) {
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS)
       return {status_code::comm_error, "Communicator.mpi: MPI_Init_thread failed"};
-    nb::module_::import_("atexit").attr("register")(nb::cpp_function(&finalize_if_ours));
+    nb::module_::import_("atexit").attr("register")(nb::cpp_function(&finalize_at_exit));
   } else {
     MPI_Query_thread(&provided);
   }
@@ -68,8 +68,7 @@ bool mpi_built() noexcept { return true; }
 
 status open_mpi_world(double, std::unique_ptr<gcc::communicator>&) {
   return {status_code::invalid_argument,
-          "Communicator.mpi: this gradcodec extension was built without MPI (no MPI was found "
-          "when it was configured; install an MPI such as Open MPI and rebuild)"};
+          "Communicator.mpi: this extension was built without MPI (none found when configured)"};
 }
 
 bool mpi_built() noexcept { return false; }
