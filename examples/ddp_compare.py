@@ -200,6 +200,7 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
     evaluated_s = 0.0  # evaluation time, excluded from time_to_target
     time_to_target = None
     shadow = copy.deepcopy(model) if outer is not None and eval_every else None
+    sync_totals: List[tuple] = []  # after each step: (exposed, sync) seconds so far
 
     def reached() -> bool:
         if shadow is not None:
@@ -217,6 +218,7 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
             opt.step()
             if outer is not None:
                 outer.step()
+                sync_totals.append((outer.exposed_seconds, outer.sync_seconds))
             done += 1
             step_seconds.append(time.perf_counter() - began)
             counter = state if state is not None else outer
@@ -241,15 +243,20 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
         if kind != "torch" and "NonFiniteGradient" not in str(e):
             raise
         failure = f"step {done}: {str(e).splitlines()[0][:200]}"
-    exposed = None
+    exposed = critical = None
     if outer is not None:
         outer.settle()
-        # Every rank's: a rank ahead of the others waits at a sync for them (their pace,
-        # not the network), so the rank that waited least is the one that set the pace.
-        mine = torch.tensor([outer.exposed_seconds, outer.sync_seconds], dtype=torch.float64)
-        every = [torch.zeros(2, dtype=torch.float64) for _ in range(world)]
+        sync_totals.append((outer.exposed_seconds, outer.sync_seconds))
+        # A rank ahead of the others waits at a sync for them: their pace, not the
+        # network. What a sync cost the job is the wait of the last rank to reach it, the
+        # least wait over the ranks; summed over the syncs, against the least sync time.
+        totals = torch.tensor(sync_totals, dtype=torch.float64)
+        mine = torch.diff(totals, dim=0, prepend=torch.zeros(1, 2, dtype=torch.float64))
+        every = [torch.zeros_like(mine) for _ in range(world)]
         dist.all_gather(every, mine)
-        exposed = [tuple(e.tolist()) for e in every]
+        exposed = [(float(e[:, 0].sum()), float(e[:, 1].sum())) for e in every]
+        least = torch.stack(every).min(dim=0).values.sum(dim=0)
+        critical = (float(least[0]), float(least[1]))
         # A run ends where it would stop: on θ_global (the last inner steps not synced
         # yet are a rank's own).
         outer.load_global()
@@ -284,6 +291,7 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
         "time_to_target": time_to_target,
         "eval_every": eval_every,
         "exposed_sync": exposed,
+        "exposed_critical": critical,
     }
 
 
@@ -440,6 +448,8 @@ def print_table(task, results: Dict[str, Dict[str, Any]], world: int) -> None:
         if r.get("exposed_sync"):
             extra += "  exposed/sync s by rank " + " ".join(
                 f"{e:.2f}/{t:.2f}" for e, t in r["exposed_sync"])
+            e, t = r["exposed_critical"]
+            extra += f", last to arrive {e:.3f}/{t:.3f} ({100 * e / max(t, 1e-9):.0f} %)"
         if r.get("eval_every"):
             if name == BASELINE:  # its own final quality: reached at the end
                 extra += f"  to target {r['seconds_training']:.1f}s"
