@@ -166,12 +166,11 @@ def train_one(task, name: str, rank: int, world: int, data, target: Optional[flo
     outer = None
     if kind == "outer":
         transport = options.pop("transport", "torch")
-        wait_poll = options.pop("wait_poll", None)
+        poll = {"wait_poll": options.pop("wait_poll")} if "wait_poll" in options else {}
         if transport == "mpi":
             import gradcodec
 
-            comm = gradcodec.Communicator.mpi(**({} if wait_poll is None else
-                                                 {"wait_poll": wait_poll}))
+            comm = gradcodec.Communicator.mpi(**poll)
             if comm.size != world:  # MPI_Init outside mpirun makes a world of one
                 raise ValueError(f"{name}: transport=mpi needs a job of {world} ranks "
                                  f"started by mpirun (MPI's world has {comm.size})")

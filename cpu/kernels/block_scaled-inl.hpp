@@ -242,31 +242,38 @@ struct block_scaled_nearest_coder {
   //! rounded f32 or subnormal sum the code was read from, saturated like the code. Cheaper
   //! than decoding the codes again where no table holds their values (8 bits).
   GRADCODEC_VINLINE vu16 codes_values(vf16 r, vf16& value) const {
-    constexpr std::uint32_t sign_bit = 1u << (Bits - 1);
     const vu16 rbits = vbits(r);
     const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
     const vu16 rounded = abits + vset1u((1u << (22 - M)) - 1u) + (vshr(abits, 23 - M) & vset1u(1u));
     const vf16 sum = vfrombits(abits) + magic;
-    const vu16 mag = vminu(
-        vselect_ltu(abits, min_normal, vbits(sum) - vbits(magic), vshr(rounded - rebias, 23 - M)),
-        max_code);
-    const vu16 nonzero = mag + vset1u(sign_bit - 1u);  // sign bit set where mag is not 0
+    const vu16 mag = magnitude(abits, vshr(rounded - rebias, 23 - M), sum);
+    const vu16 nonzero = mag + vset1u(sign_bit - 1u);
     const vf16 a = vmin(vfrombits(vselect_ltu(abits, min_normal, vbits(sum - magic),
                                               rounded & vset1u(~((1u << (23 - M)) - 1u)))),
                         max_value);
     value = vfrombits(vbits(a) | (vshl(nonzero, 32 - Bits) & rbits & vset1u(0x80000000u)));
-    return mag | (nonzero & vshr(rbits, 32 - Bits) & vset1u(sign_bit));
+    return signed_code(mag, nonzero, rbits);
   }
 
   GRADCODEC_VINLINE vu16 operator()(vf16 r, std::uint64_t) const {
-    constexpr std::uint32_t sign_bit = 1u << (Bits - 1);
     const vu16 rbits = vbits(r);
     const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
     const vu16 normal = vshr(abits + round_rebias + (vshr(abits, 23 - M) & vset1u(1u)), 23 - M);
-    const vu16 subnormal = vbits(vfrombits(abits) + magic) - vbits(magic);
-    const vu16 mag = vminu(vselect_ltu(abits, min_normal, subnormal, normal), max_code);
-    // mag + sign_bit - 1 has the sign bit set exactly when mag is not 0 (mag < sign_bit).
-    const vu16 nonzero = mag + vset1u(sign_bit - 1u);
+    const vu16 mag = magnitude(abits, normal, vfrombits(abits) + magic);
+    return signed_code(mag, mag + vset1u(sign_bit - 1u), rbits);
+  }
+
+ private:
+  static constexpr std::uint32_t sign_bit = 1u << (Bits - 1);
+
+  //! The saturated magnitude code of |r| (bits abits): `normal` (its significand rounded
+  //! and exponent rebiased) from 2^emin up, below it the low bits of sum = |r| + magic.
+  GRADCODEC_VINLINE vu16 magnitude(vu16 abits, vu16 normal, vf16 sum) const {
+    return vminu(vselect_ltu(abits, min_normal, vbits(sum) - vbits(magic), normal), max_code);
+  }
+  //! mag with r's sign; nonzero = mag + sign_bit - 1 has the sign bit set exactly when mag
+  //! is not 0 (mag < sign_bit), so that zero codes stay +0.
+  static GRADCODEC_VINLINE vu16 signed_code(vu16 mag, vu16 nonzero, vu16 rbits) {
     return mag | (nonzero & vshr(rbits, 32 - Bits) & vset1u(sign_bit));
   }
 };
@@ -477,13 +484,15 @@ struct block_scaled_residual {
 };
 
 //! The bits of the largest |v| of elements [begin, end): Inf's or above when one is not
-//! finite.
+//! finite. Src's prefetch runs block_scaled_prefetch_ahead elements ahead.
 template <class Src>
 GRADCODEC_VINLINE std::uint32_t block_scaled_range_maximum(const Src& src, std::uint64_t begin,
                                                            std::uint64_t end) {
   vu16 m0 = vset1u(0), m1 = vset1u(0);  // two accumulators: no max waits on the one before
   std::uint64_t i = begin;
   for (; i + 32 <= end; i += 32) {
+    src.prefetch(i + block_scaled_prefetch_ahead);
+    src.prefetch(i + 16 + block_scaled_prefetch_ahead);
     m0 = vmaxu(m0, vbits(vabs(src.load(i))));
     m1 = vmaxu(m1, vbits(vabs(src.load(i + 16))));
   }
@@ -498,15 +507,7 @@ GRADCODEC_VINLINE std::uint32_t block_scaled_range_maximum(const Src& src, std::
 template <class Src>
 GRADCODEC_VINLINE blocks::block_scan block_scaled_scan_lanes(const Src& src, std::uint64_t begin,
                                                              std::uint64_t len) {
-  const std::uint64_t whole = len & ~std::uint64_t{15};
-  vu16 m = vset1u(0);
-  for (std::uint64_t j = 0; j < whole; j += 16) {
-    src.prefetch(begin + j + block_scaled_prefetch_ahead);
-    m = vmaxu(m, vbits(vabs(src.load(begin + j))));
-  }
-  if (whole < len)
-    m = vmaxu(m, vbits(vabs(src.load_n(begin + whole, static_cast<unsigned>(len - whole)))));
-  const std::uint32_t amax = vhmaxu(m);
+  const std::uint32_t amax = block_scaled_range_maximum(src, begin, begin + len);
   blocks::block_scan s;
   s.finite = amax < 0x7F800000u;
   if (s.finite) s.amax = blocks::bits_float(amax);

@@ -96,10 +96,6 @@ class OuterSync:
             self._comm = communicator
             # No Python runs in the sync: the interpreter's switch interval does not matter.
             self._switch_interval = None
-            # A sync still in flight at exit is waited for before MPI is finalized: the
-            # finalizer was registered when MPI was initialized, before this, and atexit
-            # runs its functions last in, first out.
-            atexit.register(_settle_at_exit, weakref.ref(self))
         elif delay > 0:
             # The reduction of a delayed sync runs on the engine's thread while the caller
             # goes on: a group of its own keeps its collectives from interleaving with the
@@ -131,6 +127,11 @@ class OuterSync:
             sync_every=sync_every, fragments=fragments, delay=delay, mix=mix, lr=lr,
             momentum=momentum, nesterov=nesterov, participants=participants, seed=seed,
             tensors=tensors, threads=threads)
+        if communicator is not None:
+            # A sync still in flight at exit is waited for before MPI is finalized: the
+            # finalizer was registered when MPI was initialized, before this, and atexit
+            # runs its functions last in, first out.
+            atexit.register(_settle_at_exit, weakref.ref(self))
         self._tensors = tensors
         # The most bytes one sync handed to the transport (library_bytes_sent's measure).
         self.peak_sync_bytes = 0
@@ -281,6 +282,5 @@ class OuterSync:
 
 def _settle_at_exit(ref: "weakref.ref[OuterSync]") -> None:
     outer = ref()
-    if outer is not None and getattr(outer, "_engine", None) is not None \
-            and outer._engine.in_flight:
+    if outer is not None and outer._engine.in_flight:
         outer.settle()
