@@ -87,19 +87,32 @@ TEST(RefBlockScaled, NonFiniteBlockIsNaNOthersAreKept) {
 }
 
 TEST(RefBlockScaled, Fp8RowScalesEachRowOfTheMatrix) {
-  // 2 x 2: row 0's scale s = 2 / 448 maps -2 to -448 (0xFE) and 1 to 224 (0x76); the zero
-  // row has scale 0 and codes 0.
+  // 2 x 2: row 0's encode multiplier t = 448 / 2 maps -2 to -448 (0xFE) and 1 to 224
+  // (0x76), decoded times 1 / t; the zero row stores the cap 2^126 and codes 0.
   const encoded e = run("fp8row", {1.0f, -2.0f, 0.0f, 0.0f}, 2);
   EXPECT_EQ(e.h.group, 2u);
-  const float s = 2.0f / 448.0f;
   float got_scales[2];
   std::memcpy(got_scales, e.payload.data(), 8);
-  EXPECT_EQ(got_scales[0], s);
-  EXPECT_EQ(got_scales[1], 0.0f);
+  EXPECT_EQ(got_scales[0], 224.0f);
+  EXPECT_EQ(got_scales[1], 0x1p126f);
   EXPECT_EQ(e.payload[16], 0x76);
   EXPECT_EQ(e.payload[17], 0xFE);
   EXPECT_EQ(e.payload[18], 0);
-  EXPECT_EQ(e.decoded, (std::vector<float>{224.0f * s, -448.0f * s, 0.0f, 0.0f}));
+  const float d = 1.0f / 224.0f;
+  EXPECT_EQ(e.decoded, (std::vector<float>{224.0f * d, -448.0f * d, 0.0f, 0.0f}));
+}
+
+TEST(RefBlockScaled, Fp8RowMultipliesByTheStoredScale) {
+  // w * t rounds to 200, the midpoint of e4m3's 192 and 208, so it ties to 192 (0x74);
+  // w / (amax / 448) would round to 200.00002 and code 208 (0x75).
+  const encoded e = run("fp8row", {2.1981685f, 0.98132527f}, 1);
+  const float t = 448.0f / 2.1981685f;
+  ASSERT_EQ(0.98132527f * t, 200.0f);
+  ASSERT_GT(0.98132527f / (2.1981685f / 448.0f), 200.0f);
+  float got;
+  std::memcpy(&got, e.payload.data(), 4);
+  EXPECT_EQ(got, t);
+  EXPECT_EQ(e.payload[17], 0x74);
 }
 
 TEST(RefBlockScaled, RotationTravelsWithItsKeyAndIsInvertedExactly) {

@@ -539,7 +539,7 @@ GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::blo
         if (fetch_next) in.prefetch_next_block(begin + len + j);
         const vf16 v = in.load(begin + j);
         vf16 value;
-        const vu16 codes = coder.codes_values(q.divide ? v / enc : v * enc, value);
+        const vu16 codes = coder.codes_values(v * enc, value);
         pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
         out.store(begin + j, v - value * dec);
       }
@@ -550,7 +550,7 @@ GRADCODEC_VINLINE void block_scaled_code_chunks(blocks::minifloat f, blocks::blo
     if (fetch_next) in.prefetch_next_block(begin + len + j);
     const vf16 v = in.load(begin + j);
     vu16 codes = vset1u(0);
-    if (send) codes = coder(q.divide ? v / enc : v * enc, begin + j);
+    if (send) codes = coder(v * enc, begin + j);
     pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
     if constexpr (Res::active) {
       vf16 x;
@@ -637,8 +637,8 @@ GRADCODEC_VINLINE vu16 block_scaled_e4m3_codes(vu16 amax, float g) {
   return vbits(vselect_bits(vequ_bits(vshr(amax, 23), 255), vfrombits(vset1u(blocks::e4m3_nan)),
                             vfrombits(code)));
 }
-//! nvfp4's divisors value(code) * g as f32 bits (blocks::nvfp4_divisor).
-GRADCODEC_VINLINE vu16 block_scaled_e4m3_divisors(vu16 code, float g) {
+//! nvfp4's decode multipliers value(code) * g as f32 bits (blocks::nvfp4_decode_multiplier).
+GRADCODEC_VINLINE vu16 block_scaled_e4m3_multipliers(vu16 code, float g) {
   return vbits(block_scaled_values(blocks::minifloat_of(element_format::e4m3), code) * vset1(g));
 }
 
@@ -646,32 +646,31 @@ GRADCODEC_VINLINE vu16 block_scaled_e4m3_divisors(vu16 code, float g) {
 //! blocks::quantizer_of builds them.
 struct block_scaled_batch_quantizers {
   alignas(64) std::uint32_t enc[16], dec[16];
-  bool divide;
+  bool e4m3;
 
   GRADCODEC_VINLINE block_scaled_batch_quantizers(blocks::block_scale kind, vu16 code, float g)
-      : divide(kind == blocks::block_scale::e4m3) {
-    if (divide) {
-      const vu16 d = block_scaled_e4m3_divisors(code, g);
-      vstore_u(enc, d);
-      vstore_u(dec, d);
+      : e4m3(kind == blocks::block_scale::e4m3) {
+    if (e4m3) {  // enc = 1 / d, capped (blocks::capped_quotient); a zero d never sends
+      const vf16 d = vfrombits(block_scaled_e4m3_multipliers(code, g));
+      vstore_u(enc, vbits(vmin(vset1(1.0f) / d, vset1(blocks::max_multiplier))));
+      vstore_u(dec, vbits(d));
     } else {
       vstore_u(enc, block_scaled_e8m0_pow2(vset1u(254) - code));  // 255 wraps: never sent
       vstore_u(dec, block_scaled_e8m0_dec(code));
     }
   }
-  //! Whether every block sends codes: no E8M0 NaN code, every divisor positive and finite.
+  //! Whether every block sends codes: no E8M0 NaN code, every E4M3 d positive and finite.
   GRADCODEC_VINLINE bool all_send(vu16 code) const {
-    return divide ? vhmaxu(vload_u(enc) - vset1u(1)) < 0x7F7FFFFFu
-                  : vhmaxu(code) < blocks::e8m0_nan;
+    return e4m3 ? vhmaxu(vload_u(dec) - vset1u(1)) < 0x7F7FFFFFu : vhmaxu(code) < blocks::e8m0_nan;
   }
-  //! Block j's quantizer: zero for the E8M0 NaN code (whose dec is NaN), a divisor zero
-  //! unless positive and finite.
+  //! Block j's quantizer: zero for the E8M0 NaN code (whose dec is NaN), or unless the
+  //! E4M3 d is positive and finite (enc then 0).
   blocks::block_quantizer at(unsigned j) const {
     blocks::block_quantizer q;
-    q.divide = divide;
     q.enc = blocks::bits_float(enc[j]);
     q.dec = blocks::bits_float(dec[j]);
-    q.zero = divide ? !(q.enc > 0.0f) || !blocks::is_finite(q.enc) : blocks::is_nan(q.dec);
+    q.zero = e4m3 ? !(q.dec > 0.0f) || !blocks::is_finite(q.dec) : blocks::is_nan(q.dec);
+    if (q.zero && e4m3) q.enc = 0.0f;
     return q;
   }
 };
@@ -680,7 +679,7 @@ struct block_scaled_batch_quantizers {
 //! format's residual decodes its codes (int8), every block's byte_decoder is plain
 //! (byte_mul: their multipliers): as block_scaled_code_chunks, 64 elements at a time
 //! (pack64), the scale of each 16 taken from the batch's arrays (group / 16 = 2^chunk_shift).
-template <unsigned Bits, bool Divide, class Coder, class Src, class Res>
+template <unsigned Bits, class Coder, class Src, class Res>
 GRADCODEC_VINLINE void block_scaled_code_batch(blocks::minifloat f,
                                                const block_scaled_batch_quantizers& qs,
                                                const float* byte_mul, const Coder& coder,
@@ -702,7 +701,7 @@ GRADCODEC_VINLINE void block_scaled_code_batch(blocks::minifloat f,
       in.prefetch_next_block(i + 16 * group);  // the next batch, while this one is coded
       const vf16 v = in.load(i);
       const vf16 enc = vfrombits(vset1u(qs.enc[j]));
-      const vf16 r = Divide ? v / enc : v * enc;
+      const vf16 r = v * enc;
       if constexpr (Res::active && with_values) {
         vf16 value;
         codes[k] = coder.codes_values(r, value);
@@ -761,18 +760,13 @@ GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, fl
   block_scaled_with_coder<Bits, Stochastic>(f, uniforms, [&](const auto& coder) GRADCODEC_VLAMBDA {
     using coder_type = std::remove_cvref_t<decltype(coder)>;
     alignas(64) float byte_mul[block_scaled_batch];
-    bool fast = whole_batch && (Bits == 4 || !qs.divide);  // divisors: nvfp4 only
+    bool fast = whole_batch;
     if constexpr (Res::active && Bits == 8 && requires { coder_type::format; } &&
                   !block_scaled_coder_values<Bits, coder_type>)
       fast = fast && block_scaled_batch_byte_muls<coder_type::format>(qs, byte_mul);
-    if (fast) {
-      if constexpr (Bits == 4)
-        if (qs.divide)  // nvfp4
-          return block_scaled_code_batch<Bits, true>(f, qs, byte_mul, coder, src, res, values, b0,
-                                                     group, chunk_shift, stream);
-      return block_scaled_code_batch<Bits, false>(f, qs, byte_mul, coder, src, res, values, b0,
-                                                  group, chunk_shift, stream);
-    }
+    if (fast)
+      return block_scaled_code_batch<Bits>(f, qs, byte_mul, coder, src, res, values, b0, group,
+                                           chunk_shift, stream);
     for (unsigned j = 0; j < block_scaled_batch; ++j) {
       const blocks::block_quantizer q = qs.at(j);
       if (q.zero && !Res::active)
@@ -879,7 +873,7 @@ inline blocks::block_scan block_scaled_encode_rotated(const blocks::block_rule& 
           vu16 codes = vset1u(0);
           if (send) {
             const vf16 v = vload(w + j);
-            codes = coder(q.divide ? v / enc : v * enc, begin + j);
+            codes = coder(v * enc, begin + j);
             pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
           }
           if constexpr (Res::active) vstore(w + j, block_scaled_values(r.element, codes) * dec);

@@ -87,11 +87,18 @@ inline constexpr std::uint32_t e8m0_nan = 0xFFu;
 GRADCODEC_HD_INLINE float nvfp4_tensor_scale(float amax) { return fdiv(amax, 2688.0f); }
 inline constexpr std::uint32_t e4m3_nan = 0x7Fu;
 
+//! The largest encode multiplier: its reciprocal 2^-126 is still a normal f32.
+inline constexpr float max_multiplier = 0x1p126f;
+//! a / b rounded, at most max_multiplier (an infinite quotient of a zero b included).
+GRADCODEC_HD_INLINE float capped_quotient(float a, float b) {
+  const float q = fdiv(a, b);
+  return q < max_multiplier ? q : max_multiplier;
+}
+
 //! How one block's values become element inputs r and codes become values. Encode:
-//! r = v * enc (e8m0) or v / enc (e4m3, f32); every code is 0 when `zero`. Decode:
-//! x = element_value(code) * dec.
+//! r = v * enc (a multiply: a division would bound the encode's speed); every code is 0
+//! when `zero`. Decode: x = element_value(code) * dec.
 struct block_quantizer {
-  bool divide = false;
   bool zero = false;
   float enc = 0.0f, dec = 0.0f;
 
@@ -107,35 +114,46 @@ struct block_quantizer {
     q.dec = pow2f(static_cast<int>(code) - 127);
     return q;
   }
-  //! e4m3 (nvfp4) and f32 (fp8row): the divisor d (nvfp4: the block's E4M3 value times the
-  //! tensor scale, fmul(s, g)); a zero or non-finite d sends zeros.
-  GRADCODEC_HD_INLINE static block_quantizer divisor(float d) {
+  //! nvfp4 from the block's decode multiplier d (its E4M3 value times the tensor scale):
+  //! enc = 1 / d, capped; a zero or non-finite d sends zeros.
+  GRADCODEC_HD_INLINE static block_quantizer decode_multiplier(float d) {
     block_quantizer q;
-    q.divide = true;
     q.zero = !(d > 0.0f) || !is_finite(d);
-    q.enc = d;
+    q.enc = q.zero ? 0.0f : capped_quotient(1.0f, d);
     q.dec = d;
+    return q;
+  }
+  //! fp8row from the row's stored encode multiplier t: dec = 1 / t; a non-finite t (a
+  //! non-finite row's NaN, which then decodes to NaN) sends zeros.
+  GRADCODEC_HD_INLINE static block_quantizer encode_multiplier(float t) {
+    block_quantizer q;
+    q.zero = !(t > 0.0f) || !is_finite(t);
+    q.enc = t;
+    q.dec = fdiv(1.0f, t);
     return q;
   }
   GRADCODEC_HD_INLINE std::uint32_t code(const minifloat& f, float v, bool stochastic,
                                          float u) const {
     if (zero) return 0;
-    return element_code(f, divide ? fdiv(v, enc) : fmul(v, enc), stochastic, u);
+    return element_code(f, fmul(v, enc), stochastic, u);
   }
 };
 
-//! The f32 divisor of an nvfp4 block whose largest |v| (after rotation) is amax, given
-//! the tensor scale g: its E4M3 code s = e4m3(amax / 6 / g) (nearest even, saturating),
-//! then fmul(value(s), g).
+//! The E4M3 scale code of an nvfp4 block whose largest |v| (after rotation) is amax, given
+//! the tensor scale g: s = e4m3(amax / 6 / g) (nearest even, saturating); its decode
+//! multiplier is then fmul(value(s), g).
 GRADCODEC_HD_INLINE std::uint32_t nvfp4_block_code(float amax, float g) {
   if (!(g > 0.0f)) return 0;
   return element_code(minifloat_of(element_format::e4m3), fdiv(fdiv(amax, 6.0f), g), false, 0.0f);
 }
-GRADCODEC_HD_INLINE float nvfp4_divisor(std::uint32_t block_code, float g) {
+GRADCODEC_HD_INLINE float nvfp4_decode_multiplier(std::uint32_t block_code, float g) {
   return fmul(element_value(minifloat_of(element_format::e4m3), block_code), g);
 }
-//! The f32 scale of an fp8row row whose largest |v| is amax: amax / max_element.
-GRADCODEC_HD_INLINE float row_scale(float amax, const minifloat& f) { return fdiv(amax, max_element(f)); }
+//! The f32 scale of an fp8row row whose largest |v| is amax, its encode multiplier:
+//! max_element / amax (torchft's row scale), capped (an all-zero row's included).
+GRADCODEC_HD_INLINE float row_scale(float amax, const minifloat& f) {
+  return capped_quotient(max_element(f), amax);
+}
 
 // ---- Rotation -------------------------------------------------------------------------
 
@@ -234,7 +252,8 @@ GRADCODEC_HD block_scan scan_block(const block_rule& r, const counter_rng& rng, 
 
 //! The stored scale of a block (E8M0 or E4M3 code, or f32 bits), NaN for a non-finite one;
 //! g is nvfp4's tensor scale.
-GRADCODEC_HD_INLINE std::uint32_t block_scale_bits(const block_rule& r, const block_scan& s, float g) {
+GRADCODEC_HD_INLINE std::uint32_t block_scale_bits(const block_rule& r, const block_scan& s,
+                                                   float g) {
   switch (r.scale) {
     case block_scale::e8m0: return s.finite ? e8m0_code(s.amax, r.element) : e8m0_nan;
     case block_scale::e4m3: return s.finite ? nvfp4_block_code(s.amax, g) : e4m3_nan;
@@ -243,21 +262,23 @@ GRADCODEC_HD_INLINE std::uint32_t block_scale_bits(const block_rule& r, const bl
   }
   return 0;
 }
-GRADCODEC_HD_INLINE block_quantizer quantizer_of(const block_rule& r, std::uint32_t scale_bits, float g) {
+GRADCODEC_HD_INLINE block_quantizer quantizer_of(const block_rule& r, std::uint32_t scale_bits,
+                                                 float g) {
   switch (r.scale) {
     case block_scale::e8m0: return block_quantizer::e8m0(scale_bits);
-    case block_scale::e4m3: return block_quantizer::divisor(nvfp4_divisor(scale_bits, g));
-    case block_scale::f32: return block_quantizer::divisor(bits_float(scale_bits));
+    case block_scale::e4m3:
+      return block_quantizer::decode_multiplier(nvfp4_decode_multiplier(scale_bits, g));
+    case block_scale::f32: return block_quantizer::encode_multiplier(bits_float(scale_bits));
   }
   return {};
 }
 GRADCODEC_HD_INLINE void put_block_scale(const block_rule& r, std::uint8_t* scales, std::uint64_t b,
-                                  std::uint32_t bits) {
+                                         std::uint32_t bits) {
   for (std::uint32_t k = 0; k < r.scale_bytes; ++k)
     scales[b * r.scale_bytes + k] = static_cast<std::uint8_t>(bits >> (8 * k));
 }
 GRADCODEC_HD_INLINE std::uint32_t get_block_scale(const block_rule& r, const std::uint8_t* scales,
-                                           std::uint64_t b) {
+                                                  std::uint64_t b) {
   std::uint32_t bits = 0;
   for (std::uint32_t k = 0; k < r.scale_bytes; ++k)
     bits |= static_cast<std::uint32_t>(scales[b * r.scale_bytes + k]) << (8 * k);
