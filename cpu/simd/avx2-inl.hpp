@@ -152,6 +152,16 @@ GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p + 8),
                    _mm256_cvtps_ph(a.hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+
+// ---- Sixteen 16-bit lanes (cpu/simd/scalar-inl.hpp) ---------------------------------------
+#include "m256_h16-inl.hpp"
+GRADCODEC_VINLINE vh16 vselect_eqh(vh16 a, vh16 b, vh16 x, vh16 y) {
+  return {_mm256_blendv_epi8(y.v, x.v, _mm256_cmpeq_epi16(a.v, b.v))};
+}
+GRADCODEC_VINLINE vf16 vhalf_to_f(vh16 h) {
+  return {_mm256_cvtph_ps(_mm256_castsi256_si128(h.v)),
+          _mm256_cvtph_ps(_mm256_extracti128_si256(h.v, 1))};
+}
 GRADCODEC_VINLINE vu16 vload_u16(const std::uint16_t* p) {
   return {_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
           _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};

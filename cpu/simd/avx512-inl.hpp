@@ -93,6 +93,13 @@ GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
                       _mm512_cvtps_ph(a.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
+
+// ---- Sixteen 16-bit lanes (cpu/simd/scalar-inl.hpp) ---------------------------------------
+#include "m256_h16-inl.hpp"
+GRADCODEC_VINLINE vh16 vselect_eqh(vh16 a, vh16 b, vh16 x, vh16 y) {
+  return {_mm256_mask_blend_epi16(_mm256_cmpeq_epi16_mask(a.v, b.v), y.v, x.v)};
+}
+GRADCODEC_VINLINE vf16 vhalf_to_f(vh16 h) { return {_mm512_cvtph_ps(h.v)}; }
 GRADCODEC_VINLINE vu16 vload_u16(const std::uint16_t* p) {
   return {_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }

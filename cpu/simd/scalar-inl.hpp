@@ -166,6 +166,47 @@ GRADCODEC_VINLINE void vstore_f16(std::uint16_t* p, vf16 a) {
   GRADCODEC_LANES h.v[j] = blocks::f32_to_f16(a.v[j]);
   vstore_u16(p, h);
 }
+
+// ---- Sixteen 16-bit lanes: a byte code's binary16 bits ---------------------------------
+//! 16 x u16: where byte codes become binary16 bits, at half the width of widening each
+//! code to 32 bits first (fp8 decodes).
+struct vh16 {
+  std::uint16_t v[16];
+};
+//! The 16 bytes at p, each sign-extended to 16 bits.
+GRADCODEC_VINLINE vh16 vload_i8_h(const std::uint8_t* p) {
+  vh16 r;
+  GRADCODEC_LANES r.v[j] = static_cast<std::uint16_t>(static_cast<std::int8_t>(p[j]));
+  return r;
+}
+GRADCODEC_VINLINE vh16 vset1h(std::uint16_t x) {
+  vh16 r;
+  GRADCODEC_LANES r.v[j] = x;
+  return r;
+}
+GRADCODEC_VINLINE vh16 operator&(vh16 a, vh16 b) {
+  GRADCODEC_LANES a.v[j] &= b.v[j];
+  return a;
+}
+GRADCODEC_VINLINE vh16 operator|(vh16 a, vh16 b) {
+  GRADCODEC_LANES a.v[j] |= b.v[j];
+  return a;
+}
+GRADCODEC_VINLINE vh16 vshl(vh16 a, unsigned s) {
+  GRADCODEC_LANES a.v[j] = static_cast<std::uint16_t>(a.v[j] << s);
+  return a;
+}
+//! x where a == b, y elsewhere.
+GRADCODEC_VINLINE vh16 vselect_eqh(vh16 a, vh16 b, vh16 x, vh16 y) {
+  GRADCODEC_LANES y.v[j] = a.v[j] == b.v[j] ? x.v[j] : y.v[j];
+  return y;
+}
+//! Each lane's binary16 as f32 (exact; a subnormal stays one under DAZ).
+GRADCODEC_VINLINE vf16 vhalf_to_f(vh16 h) {
+  vf16 r;
+  GRADCODEC_LANES r.v[j] = blocks::f16_to_f32(h.v[j]);
+  return r;
+}
 #undef GRADCODEC_LANES
 
 // ---- NaN-aware select and add -----------------------------------------------------------
