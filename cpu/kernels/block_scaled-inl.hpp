@@ -707,6 +707,10 @@ GRADCODEC_VINLINE void block_scaled_code_batch(blocks::minifloat f,
   constexpr bool with_values = block_scaled_coder_values<Bits, Coder>;
   using byte_decoder = block_scaled_byte_decoder<block_scaled_coder_format<Coder>()>;
   const std::uint64_t begin = b0 * group;
+  // AVX-512 narrows four chunks' codes together (pack64); elsewhere pack64 is four pack16,
+  // and holding four chunks' codes only spills the coder's constants, so each chunk's codes
+  // are packed at once.
+  constexpr bool together = GRADCODEC_CPU_LEVEL == 2;
   for (std::uint64_t c = 0; c < group; c += 4) {  // the batch holds `group` chunks of 16
     vu16 codes[4];
 #pragma GCC unroll 4  // the codes stay in registers
@@ -721,21 +725,24 @@ GRADCODEC_VINLINE void block_scaled_code_batch(blocks::minifloat f,
         vf16 value;
         codes[k] = coder.codes_values(r, value);
         out.store(i, v - value * vfrombits(vset1u(qs.dec[j])));
-        continue;
-      }
-      codes[k] = coder(r, i);
-      if constexpr (Res::active) {
-        vf16 x;
-        if constexpr (bytes) {  // int8: the floating formats took codes_values
-          x = byte_decoder::scaled(codes[k]) * vset1(byte_mul[j]);
-        } else {
-          x = vcanonical_nan(block_scaled_code_values<Bits>(f, values, codes[k]) *
-                             vfrombits(vset1u(qs.dec[j])));
+      } else {
+        codes[k] = coder(r, i);
+        if constexpr (Res::active) {
+          vf16 x;
+          if constexpr (bytes) {  // int8: the floating formats took codes_values
+            x = byte_decoder::scaled(codes[k]) * vset1(byte_mul[j]);
+          } else {
+            x = vcanonical_nan(block_scaled_code_values<Bits>(f, values, codes[k]) *
+                               vfrombits(vset1u(qs.dec[j])));
+          }
+          out.store(i, v - x);
         }
-        out.store(i, v - x);
       }
+      if constexpr (!together)
+        pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (i * Bits) / 8, codes[k]);
     }
-    pack64<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + c * 16) * Bits / 8, codes);
+    if constexpr (together)
+      pack64<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + c * 16) * Bits / 8, codes);
   }
 }
 
