@@ -83,13 +83,18 @@ inline void pack16(std::byte* dst, vu16 codes) {
 #endif
 }
 
+//! Whether pack64 narrows its four groups together (AVX-512, 8 and 4 bits) rather than
+//! calling pack16 four times.
+template <unsigned Bits>
+inline constexpr bool pack64_joint = GRADCODEC_CPU_LEVEL == 2 && (Bits == 8 || Bits == 4);
+
 //! Writes the 64 codes of codes[0..3] (each < 2^Bits, codes[k] the k-th group of 16) as
-//! 8*Bits bytes at dst: four pack16 calls, or on AVX-512 for 8 and 4 bits the four groups
-//! narrowed together (one 512-bit narrowing path where four 128-bit ones cost more).
+//! 8*Bits bytes at dst: four pack16 calls, or where pack64_joint the four groups narrowed
+//! together (one 512-bit narrowing path where four 128-bit ones cost more).
 template <unsigned Bits>
 inline void pack64(std::byte* dst, const vu16* codes) {
 #if GRADCODEC_CPU_LEVEL == 2
-  if constexpr (Bits == 8 || Bits == 4) {
+  if constexpr (pack64_joint<Bits>) {
     // The packs work within 128-bit lanes: lane L of w holds codes[v][4L .. 4L + 3] at
     // bytes 4v .. 4v + 3.
     const __m512i w = _mm512_packus_epi16(_mm512_packus_epi32(codes[0].v, codes[1].v),

@@ -678,14 +678,14 @@ struct block_scaled_batch_quantizers {
   GRADCODEC_VINLINE bool all_send(vu16 code) const {
     return e4m3 ? vhmaxu(vload_u(dec) - vset1u(1)) < 0x7F7FFFFFu : vhmaxu(code) < blocks::e8m0_nan;
   }
-  //! Block j's quantizer: zero for the E8M0 NaN code (whose dec is NaN), or unless the
-  //! E4M3 d is positive and finite (enc then 0).
+  //! Block j's quantizer (the batch's slow path): E4M3's from its d by the blocks' rule;
+  //! E8M0's zero for the NaN code (whose dec is NaN).
   blocks::block_quantizer at(unsigned j) const {
+    if (e4m3) return blocks::block_quantizer::decode_multiplier(blocks::bits_float(dec[j]));
     blocks::block_quantizer q;
     q.enc = blocks::bits_float(enc[j]);
     q.dec = blocks::bits_float(dec[j]);
-    q.zero = e4m3 ? !(q.dec > 0.0f) || !blocks::is_finite(q.dec) : blocks::is_nan(q.dec);
-    if (q.zero && e4m3) q.enc = 0.0f;
+    q.zero = blocks::is_nan(q.dec);
     return q;
   }
 };
@@ -707,10 +707,9 @@ GRADCODEC_VINLINE void block_scaled_code_batch(blocks::minifloat f,
   constexpr bool with_values = block_scaled_coder_values<Bits, Coder>;
   using byte_decoder = block_scaled_byte_decoder<block_scaled_coder_format<Coder>()>;
   const std::uint64_t begin = b0 * group;
-  // AVX-512 narrows four chunks' codes together (pack64); elsewhere pack64 is four pack16,
-  // and holding four chunks' codes only spills the coder's constants, so each chunk's codes
-  // are packed at once.
-  constexpr bool together = GRADCODEC_CPU_LEVEL == 2;
+  // Where pack64 is four pack16, holding four chunks' codes for it only spills the coder's
+  // constants (AVX2): each chunk's codes are then packed at once.
+  constexpr bool together = pack64_joint<Bits>;
   for (std::uint64_t c = 0; c < group; c += 4) {  // the batch holds `group` chunks of 16
     vu16 codes[4];
 #pragma GCC unroll 4  // the codes stay in registers
