@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "contract/backend.hpp"
 #include "contract/block_scaled.hpp"

@@ -5,11 +5,13 @@
 // - magnitudes across the whole f32 range and frames of random scale and code bytes;
 // - fp8 rows whose scales are NaN, Inf, subnormal or near FLT_MAX;
 // - the two places where an encode's tasks meet (nvfp4's tensor scale and the non-finite
-//   flag) with several threads; scripts/run-tsan runs this file under ThreadSanitizer.
+//   flag) with several threads; scripts/run-tsan runs this file under ThreadSanitizer;
+// - rotated blocks holding infinities or NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <random>
 #include <string>
@@ -24,6 +26,26 @@ namespace gc = gradcodec;
 using namespace gc::test;
 
 namespace {
+
+// The CPU's encode and error-feedback encode on every ISA, at each thread count, against
+// the reference's, which runs once; returns the reference frame.
+std::vector<std::byte> expect_encodes_match_reference(const gc::codec_spec& spec,
+                                                      const gc::context& ctx, const tensor& x,
+                                                      const tensor& e0,
+                                                      std::initializer_list<int> thread_counts) {
+  auto want = encode_on(spec, ctx, x.cview(), gc::backend::reference);
+  const auto want_feedback = feedback_on(spec, ctx, x, e0, gc::backend::reference);
+  for_each_isa([&] {
+    for (int threads : thread_counts) {
+      ASSERT_EQ(
+          first_difference(encode_on(spec, ctx, x.cview(), gc::backend::cpu, threads), want, 1), "")
+          << "threads=" << threads;
+      ASSERT_EQ(cpu_feedback_difference(want_feedback, spec, ctx, x, e0, threads), "")
+          << "error feedback, threads=" << threads;
+    }
+  });
+  return want;
+}
 
 // The block-scaled codecs' 16-lane paths on what Gaussian inputs rarely reach: blocks whose
 // magnitudes span 2^-149 .. 2^127 (subnormal f32 inputs and element codes, E8M0 scales
@@ -129,23 +151,43 @@ TEST(CpuBlockScaled, TasksShareTheTensorScaleAndTheNonFiniteFlag) {
     for (const char* text :
          {"nvfp4", "nvfp4:rotate=1", "mxfp8", "mxfp4:rotate=1,rounding=stochastic", "fp8row"}) {
       SCOPED_TRACE(std::string(text) + (with_nan ? " with a NaN" : ""));
-      const auto spec = gc::parse_spec(text).value();
-      // The reference once per input; each ISA and thread count is held against it.
-      const auto want = encode_on(spec, ctx, x.cview(), gc::backend::reference);
-      const auto want_feedback = feedback_on(spec, ctx, x, e0, gc::backend::reference);
-      ASSERT_EQ((gc::peek(want).value().flags & gc::flag_nonfinite) != 0, with_nan);
-      for_each_isa([&] {
-        for (int threads : {1, 2, 4}) {
-          ASSERT_EQ(
-              first_difference(encode_on(spec, ctx, x.cview(), gc::backend::cpu, threads), want, 1),
-              "")
-              << "threads=" << threads;
-          ASSERT_EQ(cpu_feedback_difference(want_feedback, spec, ctx, x, e0, threads), "")
-              << "error feedback, threads=" << threads;
-        }
-      });
+      const auto want =
+          expect_encodes_match_reference(gc::parse_spec(text).value(), ctx, x, e0, {1, 2, 4});
       if (HasFatalFailure()) return;
+      ASSERT_EQ((gc::peek(want).value().flags & gc::flag_nonfinite) != 0, with_nan);
     }
+  }
+}
+
+// Rotated blocks with an infinity or a NaN among their inputs: every rotated value of such a
+// block is Inf or NaN, and the runs of sixteen one-piece blocks (mxfp8, nvfp4, fp8row rows
+// of 256) take the block's finiteness from its rotated maximum, where the reference checks
+// the inputs. One block holds +Inf and -Inf (its rotation is NaN), others one Inf or one
+// NaN; long rows (1000, two rotated passes) and blocks of 48 (two pieces) have them too.
+TEST(CpuBlockScaled, RotatedBlocksWithInfinitiesOrNaNMatchTheReference) {
+  const std::uint64_t n = 8192 + 37;
+  std::vector<float> v = gaussian(n, 17);
+  const float inf = std::numeric_limits<float>::infinity();
+  v[100] = inf;
+  v[700] = -inf;
+  v[1500] = std::numeric_limits<float>::quiet_NaN();
+  v[2100] = inf;
+  v[2101] = -inf;
+  v[n - 5] = inf;  // the tensor's last, partial block
+  const tensor x(v, gc::dtype::f32);
+  const tensor e0(gaussian(n, 8, 0.25f), gc::dtype::f32);
+  const gc::context ctx{7, 1, 4};
+  for (const char* text :
+       {"mxfp8:rotate=1", "nvfp4:rotate=1", "mxfp4:rotate=1,rounding=stochastic",
+        "fp8row:rotate=1,block=256", "fp8row:rotate=1,block=1000", "mxfp8:rotate=1,block=48"}) {
+    SCOPED_TRACE(text);
+    const auto want =
+        expect_encodes_match_reference(gc::parse_spec(text).value(), ctx, x, e0, {1, 2});
+    if (HasFatalFailure()) return;
+    ASSERT_NE(gc::peek(want).value().flags & gc::flag_nonfinite, 0u);
+    for_each_isa([&] {
+      EXPECT_EQ(cpu_decode_difference(want, tensor(gaussian(n, 4), gc::dtype::f32), 0.5f, 2), "");
+    });
   }
 }
 

@@ -43,11 +43,9 @@ inline void block_scaled_put_codes(std::uint8_t* stream, std::uint64_t begin, st
 // ---- 16 lanes (unrotated blocks) ------------------------------------------------------
 
 //! Whether the blocks go through the lanes: every block's chunks of 16 codes start on a
-//! byte (so pack16 / unpack16 apply): 8-bit codes, or blocks of a multiple of 16 elements.
-//! Rotated: blocks of a multiple of 16 up to 256, rotated in a buffer (a shorter last
-//! block takes the scalar rule).
+//! byte (so pack16 / unpack16 apply): 8-bit codes, or blocks of a multiple of 16 elements,
+//! rotated or not.
 inline bool block_scaled_lanes(const blocks::block_rule& r, std::uint64_t group) {
-  if (r.rotate) return group % 16 == 0 && group <= blocks::max_rotation_piece;
   return r.element.bits == 8 || group % 16 == 0;
 }
 
@@ -381,68 +379,268 @@ struct block_scaled_flips {
 
   explicit block_scaled_flips(const philox16_gen& g) : gen(g) {}
 
-  //! The sign bit of lane j set where element i + j is negated (i a multiple of 16).
-  vu16 at(std::uint64_t i) {
+  //! Bit j set where element i + j is negated (j < 32), for any i.
+  std::uint32_t word(std::uint64_t i) {
     const std::uint64_t k = i >> 5;
-    if (k < base || k >= base + 16) {
+    if (k < base || k + 1 >= base + 16) {
       base = k & ~std::uint64_t{3};  // philox16 starts on a multiple of 4
       vstore_u(words, philox16(gen, base));
     }
-    const vu16 bits = vset1u(words[k - base] >> (i & 31u)) & vload_u(block_scaled_lane_bit);
-    return vshl(vminu(bits, vset1u(1)), 31);
+    const std::uint64_t two = words[k - base] | (std::uint64_t{words[k + 1 - base]} << 32);
+    return static_cast<std::uint32_t>(two >> (i & 31u));
+  }
+  //! The sign bit of lane j set where bit j of `bits` is.
+  GRADCODEC_VINLINE static vu16 signs(std::uint32_t bits) {
+    return vshl(vminu(vset1u(bits) & vload_u(block_scaled_lane_bit), vset1u(1)), 31);
+  }
+  //! The sign bit of lane j set where element i + j is negated.
+  vu16 at(std::uint64_t i) { return signs(word(i)); }
+  //! at(i + 16 k) for the C vectors from i, one word per two vectors.
+  template <unsigned C>
+  GRADCODEC_VINLINE void run_signs(std::uint64_t i, vu16 (&sign)[C]) {
+    for (unsigned k = 0; k < C; k += 2) {
+      const std::uint32_t bits = word(i + 16 * k);
+      sign[k] = signs(bits);
+      if (k + 1 < C) sign[k + 1] = signs(bits >> 16);
+    }
   }
 };
 
-//! One butterfly stage h = H inside a vector: (a, b) -> (a + b, a - b).
+//! One butterfly stage h = H inside a vector: (a, b) -> (a + b, a - b), as one fused
+//! multiply-add per lane, w * (+-1) + other: w * (+-1) is exact, so the sum rounds once to
+//! the same value as the add or subtract (zeros' signs included).
 template <unsigned H>
 GRADCODEC_VINLINE vf16 block_scaled_butterfly(vf16 w) {
-  const vf16 other = vswap_lanes<H>(w);
-  const vu16 upper = vneu_bits(vload_u(block_scaled_lane_index) & vset1u(H), 0);
-  return vselect_bits(upper, other - w, w + other);
+  alignas(64) static constexpr float sign[16] = {
+      (0 & H) ? -1.0f : 1.0f,  (1 & H) ? -1.0f : 1.0f,  (2 & H) ? -1.0f : 1.0f,
+      (3 & H) ? -1.0f : 1.0f,  (4 & H) ? -1.0f : 1.0f,  (5 & H) ? -1.0f : 1.0f,
+      (6 & H) ? -1.0f : 1.0f,  (7 & H) ? -1.0f : 1.0f,  (8 & H) ? -1.0f : 1.0f,
+      (9 & H) ? -1.0f : 1.0f,  (10 & H) ? -1.0f : 1.0f, (11 & H) ? -1.0f : 1.0f,
+      (12 & H) ? -1.0f : 1.0f, (13 & H) ? -1.0f : 1.0f, (14 & H) ? -1.0f : 1.0f,
+      (15 & H) ? -1.0f : 1.0f};
+  return vfma(w, vload(sign), vswap_lanes<H>(w));
 }
 
-//! blocks::hadamard of w[0..m), m = 16 * 2^k.
-inline void block_scaled_hadamard(float* w, std::uint32_t m) {
-  for (std::uint32_t j = 0; j < m; j += 16) {
-    vf16 v = vload(w + j);
-    v = block_scaled_butterfly<1>(v);
-    v = block_scaled_butterfly<2>(v);
-    v = block_scaled_butterfly<4>(v);
-    v = block_scaled_butterfly<8>(v);
-    vstore(w + j, v);
+//! Calls fn(std::integral_constant<unsigned, k>{}) for k = 0 .. N - 1: array indices that
+//! are constants let the compiler keep a piece's vectors in registers (a loop, not
+//! unrolled at -O2, leaves them on the stack).
+template <unsigned N, class Fn>
+GRADCODEC_VINLINE void block_scaled_unrolled(Fn&& fn) {
+  [&]<unsigned... K>(std::integer_sequence<unsigned, K...>) GRADCODEC_VLAMBDA {
+    (fn(std::integral_constant<unsigned, K>{}), ...);
   }
-  for (std::uint32_t h = 16; h < m; h <<= 1)
-    for (std::uint32_t i = 0; i < m; i += 2 * h)
-      for (std::uint32_t j = i; j < i + h; j += 16) {
-        const vf16 a = vload(w + j), b = vload(w + j + h);
-        vstore(w + j, a + b);
-        vstore(w + j + h, a - b);
+  (std::make_integer_sequence<unsigned, N>{});
+}
+
+//! blocks::hadamard of each piece of V vectors (16 V values) in v: the stages inside each
+//! vector, then h = 1, 2, ... V / 2 vectors apart.
+template <unsigned V, unsigned C>
+GRADCODEC_VINLINE void block_scaled_hadamard(vf16 (&v)[C]) {
+  block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA {
+    v[k] = block_scaled_butterfly<8>(
+        block_scaled_butterfly<4>(block_scaled_butterfly<2>(block_scaled_butterfly<1>(v[k]))));
+  });
+  block_scaled_unrolled<std::countr_zero(V)>([&](auto stage) GRADCODEC_VLAMBDA {
+    constexpr unsigned h = 1u << stage;
+    block_scaled_unrolled<C>([&](auto j) GRADCODEC_VLAMBDA {
+      if constexpr ((j & h) == 0) {
+        const vf16 a = v[j], b = v[j + h];
+        v[j] = a + b;
+        v[j + h] = a - b;
       }
+    });
+  });
 }
 
-//! Encode side of a block of len (a multiple of 16) in w, its first element `begin`:
-//! each piece becomes H (D v / m).
-inline void block_scaled_rotate(float* w, std::uint64_t begin, std::uint64_t len,
-                                block_scaled_flips& flips) {
+//! Encode side of the piece of 16 V values in w, its first element `first`: w = H (D v / m),
+//! loaded once and stored once; returns the bits of the largest |w|.
+template <unsigned V>
+GRADCODEC_VINLINE vu16 block_scaled_rotate_vectors(float* w, std::uint64_t first,
+                                                   block_scaled_flips& flips) {
+  const vf16 inv = vset1(blocks::pow2f(-std::countr_zero(16 * V)));
+  vf16 v[V];
+  block_scaled_unrolled<V>([&](auto k) GRADCODEC_VLAMBDA {
+    v[k] = vfrombits(vbits(vload(w + 16 * k)) ^ flips.at(first + 16 * k)) * inv;
+  });
+  block_scaled_hadamard<V>(v);
+  vu16 a = vset1u(0);
+  block_scaled_unrolled<V>([&](auto k) GRADCODEC_VLAMBDA {
+    vstore(w + 16 * k, v[k]);
+    a = vmaxu(a, vbits(vabs(v[k])));
+  });
+  return a;
+}
+//! Decode side: v = D H w.
+template <unsigned V>
+GRADCODEC_VINLINE void block_scaled_unrotate_vectors(float* w, std::uint64_t first,
+                                                     block_scaled_flips& flips) {
+  vf16 v[V];
+  block_scaled_unrolled<V>([&](auto k) GRADCODEC_VLAMBDA { v[k] = vload(w + 16 * k); });
+  block_scaled_hadamard<V>(v);
+  block_scaled_unrolled<V>([&](auto k) GRADCODEC_VLAMBDA {
+    vstore(w + 16 * k, vfrombits(vbits(v[k]) ^ flips.at(first + 16 * k)));
+  });
+}
+
+//! Calls fn.template operator()<V>() for a piece of m = 16 V elements (16 .. 256).
+template <class Fn>
+GRADCODEC_VINLINE auto block_scaled_with_piece(std::uint32_t m, Fn&& fn) {
+  switch (m) {
+    case 16: return fn.template operator()<1>();
+    case 32: return fn.template operator()<2>();
+    case 64: return fn.template operator()<4>();
+    case 128: return fn.template operator()<8>();
+    default: return fn.template operator()<16>();
+  }
+}
+
+//! Calls fn(off, m) for the pieces of a rotated block of len elements: m = 16 * 2^k
+//! (blocks::rotation_piece) while 16 or more are left, then once for the rest (m < 16,
+//! rotated as its own pieces of 8, 4, 2 and 1 by the scalar steps).
+template <class Fn>
+GRADCODEC_VINLINE void block_scaled_for_each_piece(std::uint64_t len, Fn&& fn) {
   for (std::uint64_t off = 0; off < len;) {
-    const std::uint32_t m = blocks::rotation_piece(len - off);
-    const vf16 inv = vset1(blocks::pow2f(-std::countr_zero(m)));
-    for (std::uint32_t j = 0; j < m; j += 16)
-      vstore(w + off + j, vfrombits(vbits(vload(w + off + j)) ^ flips.at(begin + off + j)) * inv);
-    block_scaled_hadamard(w + off, m);
+    const std::uint32_t m =
+        len - off < 16 ? static_cast<std::uint32_t>(len - off) : blocks::rotation_piece(len - off);
+    fn(off, m);
     off += m;
   }
 }
-//! Decode side: v = D H w per piece.
-inline void block_scaled_unrotate(float* w, std::uint64_t begin, std::uint64_t len,
-                                  block_scaled_flips& flips) {
-  for (std::uint64_t off = 0; off < len;) {
-    const std::uint32_t m = blocks::rotation_piece(len - off);
-    block_scaled_hadamard(w + off, m);
-    for (std::uint32_t j = 0; j < m; j += 16)
-      vstore(w + off + j, vfrombits(vbits(vload(w + off + j)) ^ flips.at(begin + off + j)));
-    off += m;
+
+//! Encode side of one piece in w, its first element `first`: w = H (D v / m); returns the
+//! bits of the largest |w|. A rest of fewer than 16 elements runs blocks::rotate_piece's
+//! steps, its flips from the lanes' words.
+inline vu16 block_scaled_rotate_piece(float* w, std::uint64_t first, std::uint32_t m,
+                                      block_scaled_flips& flips) {
+  if (m >= 16)
+    return block_scaled_with_piece(m, [&]<unsigned V>() GRADCODEC_VLAMBDA {
+      return block_scaled_rotate_vectors<V>(w, first, flips);
+    });
+  const std::uint32_t flip = flips.word(first);
+  std::uint32_t a = 0;
+  for (std::uint32_t off = 0; off < m;) {
+    const std::uint32_t k = blocks::rotation_piece(m - off);
+    const float inv = blocks::pow2f(-std::countr_zero(k));
+    for (std::uint32_t j = off; j < off + k; ++j)
+      w[j] = blocks::fmul(blocks::negate_if(w[j], ((flip >> j) & 1u) != 0), inv);
+    blocks::hadamard(w + off, k);
+    for (std::uint32_t j = off; j < off + k; ++j)
+      a = std::max(a, blocks::float_bits(w[j]) & 0x7FFFFFFFu);
+    off += k;
   }
+  return vset1u(a);
+}
+//! Decode side: v = D H w.
+inline void block_scaled_unrotate_piece(float* w, std::uint64_t first, std::uint32_t m,
+                                        block_scaled_flips& flips) {
+  if (m >= 16)
+    return block_scaled_with_piece(m, [&]<unsigned V>() GRADCODEC_VLAMBDA {
+      block_scaled_unrotate_vectors<V>(w, first, flips);
+    });
+  const std::uint32_t flip = flips.word(first);
+  for (std::uint32_t off = 0; off < m;) {
+    const std::uint32_t k = blocks::rotation_piece(m - off);
+    blocks::hadamard(w + off, k);
+    for (std::uint32_t j = off; j < off + k; ++j)
+      w[j] = blocks::negate_if(w[j], ((flip >> j) & 1u) != 0);
+    off += k;
+  }
+}
+
+// ---- Runs of rotated blocks ------------------------------------------------------------
+// Blocks that are one piece each (16 .. 256 elements, a power of two: mxfp8/mxfp4's 32,
+// nvfp4's 16) go 256 elements at a time: the run's pieces are rotated together, their
+// butterflies independent chains the core overlaps, where block by block each block waited
+// on its own chain and its scalar steps.
+
+//! Elements per run.
+inline constexpr std::uint32_t block_scaled_run_elements = blocks::max_rotation_piece;
+
+//! Whether rotated blocks of `group` elements go in runs: each block one piece.
+inline bool block_scaled_runs(const blocks::block_rule& r, std::uint64_t group) {
+  return r.rotate && group >= 16 && group <= block_scaled_run_elements &&
+         std::has_single_bit(group);
+}
+//! Whether blocks [b, b + run / group) are full and in [b, end).
+inline bool block_scaled_run_fits(std::uint64_t group, std::uint64_t n, std::uint64_t b,
+                                  std::uint64_t end) {
+  const std::uint64_t count = block_scaled_run_elements / group;
+  return b + count <= end && (b + count) * group <= n;
+}
+
+//! Rotates (encode side) the run in w, pieces of 16 V, first element `first`, and sets
+//! piece_max[k] to the lane-wise largest |w| bits of piece k.
+template <unsigned V>
+GRADCODEC_VINLINE void block_scaled_rotate_run_of(float* w, std::uint64_t first,
+                                                  block_scaled_flips& flips, vu16* piece_max) {
+  constexpr unsigned C = V < 8 ? 8 : V;  // vectors at a time: 8 pieces' chains overlap
+  const vf16 inv = vset1(blocks::pow2f(-std::countr_zero(16 * V)));
+  for (unsigned c = 0; c < block_scaled_run_elements / 16; c += C) {
+    vf16 v[C];
+    vu16 sign[C];
+    flips.run_signs(first + 16 * c, sign);
+    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA {
+      v[k] = vfrombits(vbits(vload(w + 16 * (c + k))) ^ sign[k]) * inv;
+    });
+    block_scaled_hadamard<V>(v);
+    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA { vstore(w + 16 * (c + k), v[k]); });
+    block_scaled_unrolled<C / V>([&](auto piece) GRADCODEC_VLAMBDA {
+      vu16 a = vset1u(0);
+      block_scaled_unrolled<V>(
+          [&](auto k) GRADCODEC_VLAMBDA { a = vmaxu(a, vbits(vabs(v[piece * V + k]))); });
+      piece_max[c / V + piece] = a;
+    });
+  }
+}
+inline void block_scaled_rotate_run(float* w, std::uint64_t first, std::uint32_t group,
+                                    block_scaled_flips& flips, vu16* piece_max) {
+  block_scaled_with_piece(group, [&]<unsigned V>() GRADCODEC_VLAMBDA {
+    block_scaled_rotate_run_of<V>(w, first, flips, piece_max);
+  });
+}
+//! Decode side: v = D H w for every piece of the run.
+template <unsigned V>
+GRADCODEC_VINLINE void block_scaled_unrotate_run_of(float* w, std::uint64_t first,
+                                                    block_scaled_flips& flips) {
+  constexpr unsigned C = V < 8 ? 8 : V;
+  for (unsigned c = 0; c < block_scaled_run_elements / 16; c += C) {
+    vf16 v[C];
+    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA { v[k] = vload(w + 16 * (c + k)); });
+    block_scaled_hadamard<V>(v);
+    vu16 sign[C];
+    flips.run_signs(first + 16 * c, sign);
+    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA {
+      vstore(w + 16 * (c + k), vfrombits(vbits(v[k]) ^ sign[k]));
+    });
+  }
+}
+inline void block_scaled_unrotate_run(float* w, std::uint64_t first, std::uint32_t group,
+                                      block_scaled_flips& flips) {
+  block_scaled_with_piece(group, [&]<unsigned V>() GRADCODEC_VLAMBDA {
+    block_scaled_unrotate_run_of<V>(w, first, flips);
+  });
+}
+
+//! Loads the run of elements [begin, begin + 256) into w (and into kept when not null).
+template <class Src>
+GRADCODEC_VINLINE void block_scaled_load_run(const Src& src, std::uint64_t begin, float* w,
+                                             float* kept) {
+  for (std::uint32_t j = 0; j < block_scaled_run_elements; j += 16) {
+    const vf16 v = src.load(begin + j);
+    vstore(w + j, v);
+    if (kept != nullptr) vstore(kept + j, v);
+  }
+}
+
+//! The scan of block k of a rotated run from its piece maximum: a piece that holds NaN or
+//! Inf rotates to values that are not finite (every output sums every input), so the
+//! rotated maximum tells the inputs' finiteness too.
+GRADCODEC_VINLINE blocks::block_scan block_scaled_run_scan(vu16 piece_max) {
+  const std::uint32_t amax = vhmaxu(piece_max);
+  blocks::block_scan s;
+  s.finite = amax < 0x7F800000u;
+  if (s.finite) s.amax = blocks::bits_float(amax);
+  return s;
 }
 
 //! Elements a block scan prefetches ahead of itself, one line per 16 elements into L2: the
@@ -828,106 +1026,163 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_encode_lanes(
   return s;
 }
 
-//! Loads a block of len (a multiple of 16, at most 256) into w and, when finite, rotates
-//! it there (inputs kept in `kept` when not null); returns its scan: the inputs' finiteness
-//! and the rotated values' largest magnitude (blocks::encode_block's).
+//! Loads inputs [first, first + m) into w (and into kept when not null) and returns the
+//! bits of their largest |v| (Inf's or above when one is not finite).
 template <class Src>
-GRADCODEC_VINLINE blocks::block_scan block_scaled_load_rotated(const Src& src,
+GRADCODEC_VINLINE vu16 block_scaled_load_piece(const Src& src, std::uint64_t first, std::uint32_t m,
+                                               float* w, float* kept) {
+  if (m < 16) {
+    std::uint32_t a = 0;
+    for (std::uint32_t j = 0; j < m; ++j) {
+      const float v = src.at(first + j);
+      w[j] = v;
+      if (kept != nullptr) kept[j] = v;
+      a = std::max(a, blocks::float_bits(v) & 0x7FFFFFFFu);
+    }
+    return vset1u(a);
+  }
+  vu16 a = vset1u(0);
+  for (std::uint32_t j = 0; j < m; j += 16) {
+    const vf16 v = src.load(first + j);
+    a = vmaxu(a, vbits(vabs(v)));
+    vstore(w + j, v);
+    if (kept != nullptr) vstore(kept + j, v);
+  }
+  return a;
+}
+
+//! The scan of a rotated block of any length: its inputs' finiteness and its rotated values'
+//! largest magnitude (blocks::scan_block's). A block of up to 256 elements is left rotated
+//! in w (its inputs in kept when not null); a longer one passes through w piece by piece.
+template <class Src>
+GRADCODEC_VINLINE blocks::block_scan block_scaled_scan_rotated(const Src& src,
                                                                block_scaled_flips& flips,
                                                                std::uint64_t begin,
                                                                std::uint64_t len, float* w,
                                                                float* kept) {
-  vu16 m = vset1u(0);
-  for (std::uint64_t j = 0; j < len; j += 16) {
-    const vf16 v = src.load(begin + j);
-    m = vmaxu(m, vbits(vabs(v)));
-    vstore(w + j, v);
-    if (kept != nullptr) vstore(kept + j, v);
-  }
+  const bool whole = len <= blocks::max_rotation_piece;
+  vu16 in = vset1u(0), out = vset1u(0);
+  block_scaled_for_each_piece(len, [&](std::uint64_t off, std::uint32_t m) GRADCODEC_VLAMBDA {
+    float* piece = whole ? w + off : w;
+    in = vmaxu(in, block_scaled_load_piece(src, begin + off, m, piece,
+                                           whole && kept != nullptr ? kept + off : nullptr));
+    out = vmaxu(out, block_scaled_rotate_piece(piece, begin + off, m, flips));
+  });
   blocks::block_scan s;
-  s.finite = vhmaxu(m) < 0x7F800000u;
-  if (!s.finite) return s;
-  block_scaled_rotate(w, begin, len, flips);
-  vu16 a = vset1u(0);
-  for (std::uint64_t j = 0; j < len; j += 16) a = vmaxu(a, vbits(vabs(vload(w + j))));
-  s.amax = blocks::bits_float(vhmaxu(a));
+  s.finite = vhmaxu(in) < 0x7F800000u;
+  if (s.finite) s.amax = blocks::bits_float(vhmaxu(out));
   return s;
 }
 
-//! The scan of any block on the lanes path, rotated blocks' after rotation (what nvfp4's
-//! tensor scale is taken from).
-template <class Src>
-inline blocks::block_scan block_scaled_scan_block(const blocks::block_rule& r,
-                                                  const blocks::counter_rng& rng,
-                                                  block_scaled_flips& flips, const Src& src,
-                                                  std::uint64_t begin, std::uint64_t len) {
-  if (!r.rotate) return block_scaled_scan_lanes(src, begin, len);
-  alignas(64) float w[blocks::max_rotation_piece];
-  if (len % 16 != 0) {
-    for (std::uint64_t j = 0; j < len; ++j) w[j] = src.at(begin + j);
-    return blocks::scan_block(r, rng, begin, len, buffer_load{w, begin});
-  }
-  return block_scaled_load_rotated(src, flips, begin, len, w, static_cast<float*>(nullptr));
-}
-
-//! A rotated block of len (a multiple of 16, at most 256) through the lanes: as
-//! block_scaled_encode_lanes, the block loaded and rotated once into a buffer.
+//! A rotated block of any length through the lanes, as blocks::encode_block: a block of up
+//! to 256 elements is loaded and rotated once, into a buffer; a longer one is read and
+//! rotated again, piece by piece, for its codes (no buffer grows with a row). A rest of
+//! fewer than 16 elements takes the scalar code rule.
 template <unsigned Bits, bool Stochastic, class Src, class Res>
-inline blocks::block_scan block_scaled_encode_rotated(const blocks::block_rule& r,
-                                                      block_scaled_uniforms& uniforms,
-                                                      block_scaled_flips& flips, float g,
-                                                      const Src& src, const Res& res,
-                                                      std::uint64_t begin, std::uint64_t len,
-                                                      std::uint8_t* stream, std::uint32_t& scale) {
+GRADCODEC_VINLINE blocks::block_scan block_scaled_encode_rotated(
+    const blocks::block_rule& r, const blocks::counter_rng& rng, block_scaled_uniforms& uniforms,
+    block_scaled_flips& flips, float g, const Src& src, const Res& res, const float* values,
+    std::uint64_t begin, std::uint64_t len, std::uint8_t* stream, std::uint32_t& scale) {
   alignas(64) float w[blocks::max_rotation_piece];
   alignas(64) float p[Res::active ? blocks::max_rotation_piece : 1];  // the inputs, kept
+  const bool whole = len <= blocks::max_rotation_piece;
   const blocks::block_scan s =
-      block_scaled_load_rotated(src, flips, begin, len, w, Res::active ? p : nullptr);
+      block_scaled_scan_rotated(src, flips, begin, len, w, Res::active ? p : nullptr);
   scale = blocks::block_scale_bits(r, s, g);
   const blocks::block_quantizer q = blocks::quantizer_of(r, scale, g);
   const bool send = s.finite && !q.zero;
+  // The lanes write every code of a sent block's chunks of 16; a rest of fewer than 16 is
+  // ORed in, and a block that sends nothing is zeros.
+  const std::uint64_t zeroed = send ? len & ~std::uint64_t{15} : 0;
+  if (zeroed < len) block_scaled_zero_codes(stream, begin + zeroed, len - zeroed, Bits);
   if (!send && !Res::active) return s;
   const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
   block_scaled_with_coder<Bits, Stochastic>(
       r.element, uniforms, [&](const auto& coder) GRADCODEC_VLAMBDA {
-        for (std::uint64_t j = 0; j < len; j += 16) {
-          vu16 codes = vset1u(0);
-          if (send) {
-            const vf16 v = vload(w + j);
-            codes = coder(v * enc, begin + j);
-            pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
+        block_scaled_for_each_piece(len, [&](std::uint64_t off, std::uint32_t m) GRADCODEC_VLAMBDA {
+          const std::uint64_t first = begin + off;
+          float* piece = whole ? w + off : w;
+          float* kept = whole ? p + off : p;
+          if (!whole) {
+            block_scaled_load_piece(src, first, m, piece, Res::active ? kept : nullptr);
+            if (send) block_scaled_rotate_piece(piece, first, m, flips);
           }
-          if constexpr (Res::active) vstore(w + j, block_scaled_values(r.element, codes) * dec);
-        }
+          if (m < 16) {
+            for (std::uint32_t j = 0; j < m; ++j) {
+              const std::uint32_t code =
+                  send ? blocks::code_at(r, rng, q, first + j, piece[j]) : 0u;
+              if (send) blocks::put_code(stream, first + j, Bits, code);
+              if constexpr (Res::active) piece[j] = blocks::fmul(values[code], q.dec);
+            }
+          } else {
+            for (std::uint32_t j = 0; j < m; j += 16) {
+              vu16 codes = vset1u(0);
+              if (send) {
+                codes = coder(vload(piece + j) * enc, first + j);
+                pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (first + j) * Bits / 8, codes);
+              }
+              if constexpr (Res::active)
+                vstore(piece + j, block_scaled_values(r.element, codes) * dec);
+            }
+          }
+          if constexpr (Res::active) {
+            block_scaled_unrotate_piece(piece, first, m, flips);
+            if (m < 16)
+              for (std::uint32_t j = 0; j < m; ++j)
+                res.store_one(first + j, kept[j] - detail::canonical_nan(piece[j]));
+            else
+              for (std::uint32_t j = 0; j < m; j += 16)
+                res.store(first + j, vload(kept + j) - vcanonical_nan(vload(piece + j)));
+          }
+        });
       });
-  if constexpr (Res::active) {
-    block_scaled_unrotate(w, begin, len, flips);
-    for (std::uint64_t j = 0; j < len; j += 16)
-      res.store(begin + j, vload(p + j) - vcanonical_nan(vload(w + j)));
-  }
   return s;
 }
 
-//! A block the lanes do not take (a rotated last block shorter than 16 * k), by the scalar
-//! rule from a buffer of its inputs (len <= 256).
-template <class Src, class Res>
-inline blocks::block_scan block_scaled_encode_scalar(const blocks::block_rule& r,
-                                                     const blocks::counter_rng& rng, float g,
-                                                     const Src& src, const Res& res,
-                                                     const float* values, std::uint64_t begin,
-                                                     std::uint64_t len, std::uint8_t* stream,
-                                                     std::uint32_t& scale) {
-  float p[blocks::max_rotation_piece];
-  std::uint32_t codes[blocks::max_rotation_piece];
-  for (std::uint64_t j = 0; j < len; ++j) p[j] = src.at(begin + j);
-  const blocks::block_scan s = blocks::encode_block(r, rng, g, begin, len, buffer_load{p, begin},
-                                                    scale, code_to_buffer{codes, begin});
-  if (s.finite) block_scaled_put_codes(stream, begin, len, r.element.bits, codes);
-  if constexpr (Res::active)
-    blocks::decode_block(r, rng, blocks::quantizer_of(r, scale, g), begin, len,
-                         element_from_table{values, stream, r.element.bits},
-                         residual_after_decode{p, begin, res.data, Res::type});
-  return s;
+//! The run of blocks b0 .. b0 + 256 / group - 1 (rotated, one piece each): the run rotated
+//! at once, then each block's scale and codes from the buffer; with a residual, the decoded
+//! values unrotated at once and subtracted from the kept inputs. Returns whether a block
+//! was not finite.
+template <unsigned Bits, bool Stochastic, class Src, class Res>
+GRADCODEC_VINLINE bool block_scaled_encode_rotated_run(const blocks::block_rule& r,
+                                                       block_scaled_uniforms& uniforms,
+                                                       block_scaled_flips& flips, float g,
+                                                       const Src& src, const Res& res,
+                                                       std::uint64_t b0, std::uint64_t group,
+                                                       std::uint8_t* scales, std::uint8_t* stream) {
+  alignas(64) float w[block_scaled_run_elements];
+  alignas(64) float p[Res::active ? block_scaled_run_elements : 1];  // the inputs, kept
+  vu16 piece_max[block_scaled_run_elements / 16];
+  const std::uint64_t begin = b0 * group;
+  block_scaled_load_run(src, begin, w, Res::active ? p : nullptr);
+  block_scaled_rotate_run(w, begin, static_cast<std::uint32_t>(group), flips, piece_max);
+  const auto chunks = static_cast<unsigned>(group / 16);
+  bool nonfinite = false;
+  block_scaled_with_coder<Bits, Stochastic>(
+      r.element, uniforms, [&](const auto& coder) GRADCODEC_VLAMBDA {
+        for (unsigned k = 0; k < block_scaled_run_elements / group; ++k) {
+          const blocks::block_scan s = block_scaled_run_scan(piece_max[k]);
+          const std::uint32_t scale = blocks::block_scale_bits(r, s, g);
+          blocks::put_block_scale(r, scales, b0 + k, scale);
+          nonfinite = nonfinite || !s.finite;
+          const blocks::block_quantizer q = blocks::quantizer_of(r, scale, g);
+          const bool send = s.finite && !q.zero;
+          const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
+          for (unsigned c = 0; c < chunks; ++c) {
+            const unsigned j = (k * chunks + c) * 16;
+            vu16 codes = vset1u(0);  // a block that sends nothing writes zero codes
+            if (send) codes = coder(vload(w + j) * enc, begin + j);
+            pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
+            if constexpr (Res::active) vstore(w + j, block_scaled_values(r.element, codes) * dec);
+          }
+        }
+      });
+  if constexpr (Res::active) {
+    block_scaled_unrotate_run(w, begin, static_cast<std::uint32_t>(group), flips);
+    for (std::uint32_t j = 0; j < block_scaled_run_elements; j += 16)
+      res.store(begin + j, vload(p + j) - vcanonical_nan(vload(w + j)));
+  }
+  return nonfinite;
 }
 
 //! Elements [begin, begin + len) (len a multiple of 16) of a byte format whose decoder is
@@ -1025,30 +1280,75 @@ inline bool block_scaled_batch_fits(const blocks::block_rule& r, std::uint64_t g
          b + block_scaled_batch <= end && (b + block_scaled_batch) * group <= n;
 }
 
-//! A rotated block of a multiple of 16 elements decoded through the lanes, piece by piece.
+//! A rotated block of any length decoded through the lanes, piece by piece (a rest of fewer
+//! than 16 elements by the scalar steps).
 template <dtype T, element_format F, bool Accumulate>
-inline void block_scaled_decode_rotated(const blocks::block_quantizer& q, block_scaled_flips& flips,
-                                        const std::uint8_t* stream, std::uint64_t begin,
-                                        std::uint64_t len, tensor_view out, float alpha) {
+GRADCODEC_VINLINE void block_scaled_decode_rotated(const blocks::block_quantizer& q,
+                                                   const float* values, block_scaled_flips& flips,
+                                                   const std::uint8_t* stream, std::uint64_t begin,
+                                                   std::uint64_t len, tensor_view out,
+                                                   float alpha) {
   constexpr blocks::minifloat f = blocks::minifloat_of(F);
   constexpr unsigned Bits = f.bits;
   alignas(64) float w[blocks::max_rotation_piece];
   const vf16 dec = vset1(q.dec);
-  for (std::uint64_t off = 0; off < len;) {
-    const std::uint32_t m = blocks::rotation_piece(len - off);
+  block_scaled_for_each_piece(len, [&](std::uint64_t off, std::uint32_t m) GRADCODEC_VLAMBDA {
     const std::uint64_t first = begin + off;
+    if (m < 16) {
+      for (std::uint32_t j = 0; j < m; ++j)
+        w[j] = blocks::fmul(values[blocks::get_code(stream, first + j, Bits)], q.dec);
+      block_scaled_unrotate_piece(w, first, m, flips);
+      const value_to_output emit{out, alpha, Accumulate};
+      for (std::uint32_t j = 0; j < m; ++j) emit(first + j, w[j]);
+      return;
+    }
     for (std::uint32_t j = 0; j < m; j += 16)
       vstore(w + j,
              block_scaled_values(f, unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) +
                                                    (first + j) * Bits / 8)) *
                  dec);
-    block_scaled_unrotate(w, first, m, flips);
+    block_scaled_unrotate_piece(w, first, m, flips);
     for (std::uint32_t j = 0; j < m; j += 16) {
       vf16 x = vload(w + j);
       if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, first + j));
       vstore_typed<T>(out.data, first + j, vcanonical_nan(x));
     }
-    off += m;
+  });
+}
+
+//! The run of blocks b0 .. b0 + 256 / group - 1 (rotated, one piece each) decoded: every
+//! block's values into a buffer, unrotated at once, then stored or fma-accumulated.
+template <dtype T, element_format F, bool Accumulate>
+GRADCODEC_VINLINE void block_scaled_decode_rotated_run(
+    const blocks::block_rule& r, float g, const float* values, const std::uint8_t* scales,
+    block_scaled_flips& flips, const std::uint8_t* stream, std::uint64_t b0, std::uint64_t group,
+    tensor_view out, float alpha) {
+  constexpr blocks::minifloat f = blocks::minifloat_of(F);
+  constexpr unsigned Bits = f.bits;
+  alignas(64) float w[block_scaled_run_elements];
+  const std::uint64_t begin = b0 * group;
+  const auto chunks = static_cast<unsigned>(group / 16);
+  for (unsigned k = 0; k < block_scaled_run_elements / group; ++k) {
+    const float d = blocks::quantizer_of(r, blocks::get_block_scale(r, scales, b0 + k), g).dec;
+    const vf16 dec = vset1(d);
+    const block_scaled_byte_decoder<F> byte_decoded(d);  // value(code) * d, NaN where it is
+    for (unsigned c = 0; c < chunks; ++c) {
+      const unsigned j = (k * chunks + c) * 16;
+      if constexpr (Bits == 8)
+        vstore(w + j, byte_decoded.bytes(stream + begin + j));
+      else
+        vstore(w + j, block_scaled_code_values<Bits>(
+                          f, values,
+                          unpack16<Bits>(reinterpret_cast<const std::byte*>(stream) +
+                                         (begin + j) * Bits / 8)) *
+                          dec);
+    }
+  }
+  block_scaled_unrotate_run(w, begin, static_cast<std::uint32_t>(group), flips);
+  for (std::uint32_t j = 0; j < block_scaled_run_elements; j += 16) {
+    vf16 x = vload(w + j);
+    if constexpr (Accumulate) x = vfma(vset1(alpha), x, vload_typed<T>(out.data, begin + j));
+    vstore_typed<T>(out.data, begin + j, vcanonical_nan(x));
   }
 }
 
@@ -1073,6 +1373,7 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
   auto* payload = reinterpret_cast<std::uint8_t*>(c.payload);
   std::uint8_t* stream = payload + l.codes_offset;
   const bool lanes = block_scaled_lanes(rule, group);
+  const bool runs = block_scaled_runs(rule, group);
   // The lanes write every code byte (block_scaled_zero_codes where a block sends none); the
   // scalar rules OR codes into a zeroed stream.
   std::memset(payload, 0, lanes ? l.codes_offset : l.total);
@@ -1141,15 +1442,35 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
       with_lanes([&](const auto& src, const auto&) {
         const philox16_gen rotation = philox16_make(rng, blocks::rng_stream::rotation);
         scan_tasks([&](std::uint64_t b, std::uint64_t end, float& a) {
+          // Rotated blocks one by one, with one window of flips for the task's blocks.
+          if (rule.rotate) {
+            block_scaled_flips flips(rotation);
+            alignas(64) float w[blocks::max_rotation_piece];
+            while (b < end) {
+              if (runs && block_scaled_run_fits(group, n, b, end)) {
+                vu16 piece_max[block_scaled_run_elements / 16];
+                block_scaled_load_run(src, b * group, w, static_cast<float*>(nullptr));
+                block_scaled_rotate_run(w, b * group, static_cast<std::uint32_t>(group), flips,
+                                        piece_max);
+                for (std::uint64_t k = 0; k < block_scaled_run_elements / group; ++k)
+                  raise(a, block_scaled_run_scan(piece_max[k]));
+                b += block_scaled_run_elements / group;
+                continue;
+              }
+              const auto [begin, len] = span_of(b);
+              raise(a, block_scaled_scan_rotated(src, flips, begin, len, w,
+                                                 static_cast<float*>(nullptr)));
+              ++b;
+            }
+            return end;
+          }
           // Unrotated blocks that are all finite: the largest block maximum is the largest
           // |v| of the whole range, one read pass; else block by block.
-          if (!rule.rotate) {
-            const std::uint32_t m =
-                block_scaled_range_maximum(src, b * group, std::min(n, end * group));
-            if (m < 0x7F800000u) {
-              raise(a, {true, blocks::bits_float(m)});
-              return end;
-            }
+          const std::uint32_t range_max =
+              block_scaled_range_maximum(src, b * group, std::min(n, end * group));
+          if (range_max < 0x7F800000u) {
+            raise(a, {true, blocks::bits_float(range_max)});
+            return end;
           }
           if (block_scaled_batch_fits(rule, group, n, b, end)) {
             const vu16 m = block_scaled_batch_maxima(src, b, group);
@@ -1159,8 +1480,7 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
             return b + block_scaled_batch;
           }
           const auto [begin, len] = span_of(b);
-          block_scaled_flips flips(rotation);
-          raise(a, block_scaled_scan_block(rule, rng, flips, src, begin, len));
+          raise(a, block_scaled_scan_lanes(src, begin, len));
           return b + 1;
         });
       });
@@ -1194,18 +1514,24 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
                 b += block_scaled_batch - 1;
                 continue;
               }
+              if (runs && block_scaled_run_fits(group, n, b, b1)) {
+                if (block_scaled_encode_rotated_run<Bits, Stochastic>(
+                        rule, uniforms, flips, g, src, res, b, group, payload + l.scales_offset,
+                        stream))
+                  nonfinite.store(true, std::memory_order_relaxed);
+                b += block_scaled_run_elements / group - 1;
+                continue;
+              }
               const auto [begin, len] = span_of(b);
-              block_scaled_zero_codes(stream, begin, len, Bits);
+              if (!rule.rotate) block_scaled_zero_codes(stream, begin, len, Bits);
               std::uint32_t scale = 0;
               const blocks::block_scan s =
-                  !rule.rotate
-                      ? block_scaled_encode_lanes<Bits, Stochastic>(
-                            rule, rng, uniforms, g, src, res, values.v, begin, len, stream, scale)
-                  : len % 16 == 0
-                      ? block_scaled_encode_rotated<Bits, Stochastic>(
-                            rule, uniforms, flips, g, src, res, begin, len, stream, scale)
-                      : block_scaled_encode_scalar(rule, rng, g, src, res, values.v, begin, len,
-                                                   stream, scale);
+                  rule.rotate
+                      ? block_scaled_encode_rotated<Bits, Stochastic>(rule, rng, uniforms, flips, g,
+                                                                      src, res, values.v, begin,
+                                                                      len, stream, scale)
+                      : block_scaled_encode_lanes<Bits, Stochastic>(
+                            rule, rng, uniforms, g, src, res, values.v, begin, len, stream, scale);
               blocks::put_block_scale(rule, payload + l.scales_offset, b, scale);
               if (!s.finite) nonfinite.store(true, std::memory_order_relaxed);
             }
@@ -1282,6 +1608,7 @@ inline status block_scaled_decode(const detail::decode_call& c) {
                          value_to_output{c.out, c.alpha, c.accumulate});
   };
   if (block_scaled_lanes(rule, group)) {
+    const bool runs = block_scaled_runs(rule, group);
     const philox16_gen rotation = philox16_make(rng, blocks::rng_stream::rotation);
     with_dtype(c.out.type, [&]<dtype T>() {
       block_scaled_with_format(format, [&]<element_format F>() {
@@ -1296,15 +1623,20 @@ inline status block_scaled_decode(const detail::decode_call& c) {
                 b += block_scaled_batch - 1;
                 continue;
               }
+              if (runs && block_scaled_run_fits(group, n, b, end)) {
+                block_scaled_decode_rotated_run<T, F, Accumulate>(rule, g, values.v,
+                                                                  payload + l.scales_offset, flips,
+                                                                  stream, b, group, c.out, c.alpha);
+                b += block_scaled_run_elements / group - 1;
+                continue;
+              }
               const std::uint64_t begin = b * group, len = std::min(n - begin, group);
               if (!rule.rotate)
                 block_scaled_decode_lanes<T, F, Accumulate>(quantizer(b), values.v, stream, begin,
                                                             len, c.out, c.alpha);
-              else if (len % 16 == 0)
-                block_scaled_decode_rotated<T, F, Accumulate>(quantizer(b), flips, stream, begin,
-                                                              len, c.out, c.alpha);
               else
-                decode_scalar(b);
+                block_scaled_decode_rotated<T, F, Accumulate>(quantizer(b), values.v, flips, stream,
+                                                              begin, len, c.out, c.alpha);
             }
           });
         };

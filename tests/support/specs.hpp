@@ -40,12 +40,14 @@ inline const char* const kSpecs[] = {
     "mxfp4",
     "mxfp4:rotate=1,rounding=stochastic",
     "mxfp4:rounding=stochastic,block=48",
+    "mxfp4:rotate=1,block=528",
     "mxint8:block=33",
     "nvfp4",
     "nvfp4:rotate=1,rounding=stochastic",
     "fp8row:block=100",
     "fp8row:rounding=stochastic",
     "fp8row:fmt=e5m2,block=64,rotate=1",
+    "fp8row:rotate=1,rounding=stochastic,block=1000",
 };
 
 }  // namespace gradcodec::test
