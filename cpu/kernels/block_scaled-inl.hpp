@@ -1079,7 +1079,7 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_scan_rotated(const Src& src,
 //! rotated again, piece by piece, for its codes (no buffer grows with a row). A rest of
 //! fewer than 16 elements takes the scalar code rule.
 template <unsigned Bits, bool Stochastic, class Src, class Res>
-GRADCODEC_VINLINE blocks::block_scan block_scaled_encode_rotated(
+inline blocks::block_scan block_scaled_encode_rotated(
     const blocks::block_rule& r, const blocks::counter_rng& rng, block_scaled_uniforms& uniforms,
     block_scaled_flips& flips, float g, const Src& src, const Res& res, const float* values,
     std::uint64_t begin, std::uint64_t len, std::uint8_t* stream, std::uint32_t& scale) {
@@ -1139,23 +1139,17 @@ GRADCODEC_VINLINE blocks::block_scan block_scaled_encode_rotated(
   return s;
 }
 
-//! The run of blocks b0 .. b0 + 256 / group - 1 (rotated, one piece each): the run rotated
-//! at once, then each block's scale and codes from the buffer; with a residual, the decoded
-//! values unrotated at once and subtracted from the kept inputs. Returns whether a block
-//! was not finite.
-template <unsigned Bits, bool Stochastic, class Src, class Res>
-GRADCODEC_VINLINE bool block_scaled_encode_rotated_run(const blocks::block_rule& r,
-                                                       block_scaled_uniforms& uniforms,
-                                                       block_scaled_flips& flips, float g,
-                                                       const Src& src, const Res& res,
-                                                       std::uint64_t b0, std::uint64_t group,
-                                                       std::uint8_t* scales, std::uint8_t* stream) {
-  alignas(64) float w[block_scaled_run_elements];
-  alignas(64) float p[Res::active ? block_scaled_run_elements : 1];  // the inputs, kept
-  vu16 piece_max[block_scaled_run_elements / 16];
+//! The scales and codes of a rotated run in w (block_scaled_encode_rotated_run), and with
+//! Decoded, each block's decoded values in place of its rotated inputs. Apart from the input
+//! and residual dtypes, which only the loads and stores around it see. Returns whether a
+//! block was not finite.
+template <unsigned Bits, bool Stochastic, bool Decoded>
+inline bool block_scaled_code_rotated_run(const blocks::block_rule& r,
+                                          block_scaled_uniforms& uniforms, float g, float* w,
+                                          const vu16* piece_max, std::uint64_t b0,
+                                          std::uint64_t group, std::uint8_t* scales,
+                                          std::uint8_t* stream) {
   const std::uint64_t begin = b0 * group;
-  block_scaled_load_run(src, begin, w, Res::active ? p : nullptr);
-  block_scaled_rotate_run(w, begin, static_cast<std::uint32_t>(group), flips, piece_max);
   const auto chunks = static_cast<unsigned>(group / 16);
   bool nonfinite = false;
   block_scaled_with_coder<Bits, Stochastic>(
@@ -1173,10 +1167,32 @@ GRADCODEC_VINLINE bool block_scaled_encode_rotated_run(const blocks::block_rule&
             vu16 codes = vset1u(0);  // a block that sends nothing writes zero codes
             if (send) codes = coder(vload(w + j) * enc, begin + j);
             pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
-            if constexpr (Res::active) vstore(w + j, block_scaled_values(r.element, codes) * dec);
+            if constexpr (Decoded) vstore(w + j, block_scaled_values(r.element, codes) * dec);
           }
         }
       });
+  return nonfinite;
+}
+
+//! The run of blocks b0 .. b0 + 256 / group - 1 (rotated, one piece each): the run rotated
+//! at once, then each block's scale and codes from the buffer; with a residual, the decoded
+//! values unrotated at once and subtracted from the kept inputs. Returns whether a block
+//! was not finite.
+template <unsigned Bits, bool Stochastic, class Src, class Res>
+GRADCODEC_VINLINE bool block_scaled_encode_rotated_run(const blocks::block_rule& r,
+                                                       block_scaled_uniforms& uniforms,
+                                                       block_scaled_flips& flips, float g,
+                                                       const Src& src, const Res& res,
+                                                       std::uint64_t b0, std::uint64_t group,
+                                                       std::uint8_t* scales, std::uint8_t* stream) {
+  alignas(64) float w[block_scaled_run_elements];
+  alignas(64) float p[Res::active ? block_scaled_run_elements : 1];  // the inputs, kept
+  vu16 piece_max[block_scaled_run_elements / 16];
+  const std::uint64_t begin = b0 * group;
+  block_scaled_load_run(src, begin, w, Res::active ? p : nullptr);
+  block_scaled_rotate_run(w, begin, static_cast<std::uint32_t>(group), flips, piece_max);
+  const bool nonfinite = block_scaled_code_rotated_run<Bits, Stochastic, Res::active>(
+      r, uniforms, g, w, piece_max, b0, group, scales, stream);
   if constexpr (Res::active) {
     block_scaled_unrotate_run(w, begin, static_cast<std::uint32_t>(group), flips);
     for (std::uint32_t j = 0; j < block_scaled_run_elements; j += 16)
@@ -1283,11 +1299,10 @@ inline bool block_scaled_batch_fits(const blocks::block_rule& r, std::uint64_t g
 //! A rotated block of any length decoded through the lanes, piece by piece (a rest of fewer
 //! than 16 elements by the scalar steps).
 template <dtype T, element_format F, bool Accumulate>
-GRADCODEC_VINLINE void block_scaled_decode_rotated(const blocks::block_quantizer& q,
-                                                   const float* values, block_scaled_flips& flips,
-                                                   const std::uint8_t* stream, std::uint64_t begin,
-                                                   std::uint64_t len, tensor_view out,
-                                                   float alpha) {
+inline void block_scaled_decode_rotated(const blocks::block_quantizer& q, const float* values,
+                                        block_scaled_flips& flips, const std::uint8_t* stream,
+                                        std::uint64_t begin, std::uint64_t len, tensor_view out,
+                                        float alpha) {
   constexpr blocks::minifloat f = blocks::minifloat_of(F);
   constexpr unsigned Bits = f.bits;
   alignas(64) float w[blocks::max_rotation_piece];
