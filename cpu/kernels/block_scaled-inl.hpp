@@ -393,9 +393,8 @@ struct block_scaled_flips {
   GRADCODEC_VINLINE static vu16 signs(std::uint32_t bits) {
     return vshl(vminu(vset1u(bits) & vload_u(block_scaled_lane_bit), vset1u(1)), 31);
   }
-  //! The sign bit of lane j set where element i + j is negated.
-  vu16 at(std::uint64_t i) { return signs(word(i)); }
-  //! at(i + 16 k) for the C vectors from i, one word per two vectors.
+  //! sign[k]: the sign bit of lane j set where element i + 16 k + j is negated, one word
+  //! per two vectors.
   template <unsigned C>
   GRADCODEC_VINLINE void run_signs(std::uint64_t i, vu16 (&sign)[C]) {
     for (unsigned k = 0; k < C; k += 2) {
@@ -452,34 +451,45 @@ GRADCODEC_VINLINE void block_scaled_hadamard(vf16 (&v)[C]) {
   });
 }
 
-//! Encode side of the piece of 16 V values in w, its first element `first`: w = H (D v / m),
-//! loaded once and stored once; returns the bits of the largest |w|.
-template <unsigned V>
-GRADCODEC_VINLINE vu16 block_scaled_rotate_vectors(float* w, std::uint64_t first,
-                                                   block_scaled_flips& flips) {
+//! Encode side of the pieces of 16 V values in w[0 .. 16 vectors), first element `first`:
+//! each becomes H (D v / m), C vectors at a time in registers (C a multiple of V, so C / V
+//! pieces' butterfly chains overlap); piece_max[k] gets the lane-wise largest |w| bits of
+//! piece k.
+template <unsigned V, unsigned C = V>
+GRADCODEC_VINLINE void block_scaled_rotate_pieces(float* w, std::uint64_t first, unsigned vectors,
+                                                  block_scaled_flips& flips, vu16* piece_max) {
   const vf16 inv = vset1(blocks::pow2f(-std::countr_zero(16 * V)));
-  vf16 v[V];
-  block_scaled_unrolled<V>([&](auto k) GRADCODEC_VLAMBDA {
-    v[k] = vfrombits(vbits(vload(w + 16 * k)) ^ flips.at(first + 16 * k)) * inv;
-  });
-  block_scaled_hadamard<V>(v);
-  vu16 a = vset1u(0);
-  block_scaled_unrolled<V>([&](auto k) GRADCODEC_VLAMBDA {
-    vstore(w + 16 * k, v[k]);
-    a = vmaxu(a, vbits(vabs(v[k])));
-  });
-  return a;
+  for (unsigned c = 0; c < vectors; c += C) {
+    vf16 v[C];
+    vu16 sign[C];
+    flips.run_signs(first + 16 * c, sign);
+    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA {
+      v[k] = vfrombits(vbits(vload(w + 16 * (c + k))) ^ sign[k]) * inv;
+    });
+    block_scaled_hadamard<V>(v);
+    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA { vstore(w + 16 * (c + k), v[k]); });
+    block_scaled_unrolled<C / V>([&](auto piece) GRADCODEC_VLAMBDA {
+      vu16 a = vset1u(0);
+      block_scaled_unrolled<V>(
+          [&](auto k) GRADCODEC_VLAMBDA { a = vmaxu(a, vbits(vabs(v[piece * V + k]))); });
+      piece_max[c / V + piece] = a;
+    });
+  }
 }
-//! Decode side: v = D H w.
-template <unsigned V>
-GRADCODEC_VINLINE void block_scaled_unrotate_vectors(float* w, std::uint64_t first,
-                                                     block_scaled_flips& flips) {
-  vf16 v[V];
-  block_scaled_unrolled<V>([&](auto k) GRADCODEC_VLAMBDA { v[k] = vload(w + 16 * k); });
-  block_scaled_hadamard<V>(v);
-  block_scaled_unrolled<V>([&](auto k) GRADCODEC_VLAMBDA {
-    vstore(w + 16 * k, vfrombits(vbits(v[k]) ^ flips.at(first + 16 * k)));
-  });
+//! Decode side: v = D H w for every piece.
+template <unsigned V, unsigned C = V>
+GRADCODEC_VINLINE void block_scaled_unrotate_pieces(float* w, std::uint64_t first, unsigned vectors,
+                                                    block_scaled_flips& flips) {
+  for (unsigned c = 0; c < vectors; c += C) {
+    vf16 v[C];
+    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA { v[k] = vload(w + 16 * (c + k)); });
+    block_scaled_hadamard<V>(v);
+    vu16 sign[C];
+    flips.run_signs(first + 16 * c, sign);
+    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA {
+      vstore(w + 16 * (c + k), vfrombits(vbits(v[k]) ^ sign[k]));
+    });
+  }
 }
 
 //! Calls fn.template operator()<V>() for a piece of m = 16 V elements (16 .. 256).
@@ -507,42 +517,46 @@ GRADCODEC_VINLINE void block_scaled_for_each_piece(std::uint64_t len, Fn&& fn) {
   }
 }
 
+//! The flips of a rest of fewer than 16 elements from a flip word: bit j for element j.
+struct block_scaled_word_flips {
+  std::uint32_t word;
+  bool operator()(std::uint32_t j) const { return ((word >> j) & 1u) != 0; }
+};
+
 //! Encode side of one piece in w, its first element `first`: w = H (D v / m); returns the
-//! bits of the largest |w|. A rest of fewer than 16 elements runs blocks::rotate_piece's
-//! steps, its flips from the lanes' words.
+//! bits of the largest |w|. A rest of fewer than 16 elements is rotated by the blocks' steps
+//! as pieces of 8, 4, 2 and 1, its flips from the lanes' words.
 inline vu16 block_scaled_rotate_piece(float* w, std::uint64_t first, std::uint32_t m,
                                       block_scaled_flips& flips) {
-  if (m >= 16)
-    return block_scaled_with_piece(m, [&]<unsigned V>() GRADCODEC_VLAMBDA {
-      return block_scaled_rotate_vectors<V>(w, first, flips);
+  vu16 a = vset1u(0);
+  if (m >= 16) {
+    block_scaled_with_piece(m, [&]<unsigned V>() GRADCODEC_VLAMBDA {
+      block_scaled_rotate_pieces<V>(w, first, V, flips, &a);
     });
+    return a;
+  }
   const std::uint32_t flip = flips.word(first);
-  std::uint32_t a = 0;
+  std::uint32_t rest = 0;
   for (std::uint32_t off = 0; off < m;) {
     const std::uint32_t k = blocks::rotation_piece(m - off);
-    const float inv = blocks::pow2f(-std::countr_zero(k));
-    for (std::uint32_t j = off; j < off + k; ++j)
-      w[j] = blocks::fmul(blocks::negate_if(w[j], ((flip >> j) & 1u) != 0), inv);
-    blocks::hadamard(w + off, k);
-    for (std::uint32_t j = off; j < off + k; ++j)
-      a = std::max(a, blocks::float_bits(w[j]) & 0x7FFFFFFFu);
+    blocks::rotate_piece(w + off, k, block_scaled_word_flips{flip >> off});
     off += k;
   }
-  return vset1u(a);
+  for (std::uint32_t j = 0; j < m; ++j)
+    rest = std::max(rest, blocks::float_bits(w[j]) & 0x7FFFFFFFu);
+  return vset1u(rest);
 }
 //! Decode side: v = D H w.
 inline void block_scaled_unrotate_piece(float* w, std::uint64_t first, std::uint32_t m,
                                         block_scaled_flips& flips) {
   if (m >= 16)
     return block_scaled_with_piece(m, [&]<unsigned V>() GRADCODEC_VLAMBDA {
-      block_scaled_unrotate_vectors<V>(w, first, flips);
+      block_scaled_unrotate_pieces<V>(w, first, V, flips);
     });
   const std::uint32_t flip = flips.word(first);
   for (std::uint32_t off = 0; off < m;) {
     const std::uint32_t k = blocks::rotation_piece(m - off);
-    blocks::hadamard(w + off, k);
-    for (std::uint32_t j = off; j < off + k; ++j)
-      w[j] = blocks::negate_if(w[j], ((flip >> j) & 1u) != 0);
+    blocks::unrotate_piece(w + off, k, block_scaled_word_flips{flip >> off});
     off += k;
   }
 }
@@ -568,56 +582,21 @@ inline bool block_scaled_run_fits(std::uint64_t group, std::uint64_t n, std::uin
   return b + count <= end && (b + count) * group <= n;
 }
 
-//! Rotates (encode side) the run in w, pieces of 16 V, first element `first`, and sets
-//! piece_max[k] to the lane-wise largest |w| bits of piece k.
-template <unsigned V>
-GRADCODEC_VINLINE void block_scaled_rotate_run_of(float* w, std::uint64_t first,
-                                                  block_scaled_flips& flips, vu16* piece_max) {
-  constexpr unsigned C = V < 8 ? 8 : V;  // vectors at a time: 8 pieces' chains overlap
-  const vf16 inv = vset1(blocks::pow2f(-std::countr_zero(16 * V)));
-  for (unsigned c = 0; c < block_scaled_run_elements / 16; c += C) {
-    vf16 v[C];
-    vu16 sign[C];
-    flips.run_signs(first + 16 * c, sign);
-    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA {
-      v[k] = vfrombits(vbits(vload(w + 16 * (c + k))) ^ sign[k]) * inv;
-    });
-    block_scaled_hadamard<V>(v);
-    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA { vstore(w + 16 * (c + k), v[k]); });
-    block_scaled_unrolled<C / V>([&](auto piece) GRADCODEC_VLAMBDA {
-      vu16 a = vset1u(0);
-      block_scaled_unrolled<V>(
-          [&](auto k) GRADCODEC_VLAMBDA { a = vmaxu(a, vbits(vabs(v[piece * V + k]))); });
-      piece_max[c / V + piece] = a;
-    });
-  }
-}
+//! Rotates (encode side) the run in w, pieces of `group`, eight vectors or one piece at a
+//! time; piece_max[k] gets the lane-wise largest |w| bits of piece k.
 inline void block_scaled_rotate_run(float* w, std::uint64_t first, std::uint32_t group,
                                     block_scaled_flips& flips, vu16* piece_max) {
   block_scaled_with_piece(group, [&]<unsigned V>() GRADCODEC_VLAMBDA {
-    block_scaled_rotate_run_of<V>(w, first, flips, piece_max);
+    block_scaled_rotate_pieces<V, std::max(V, 8u)>(w, first, block_scaled_run_elements / 16, flips,
+                                                   piece_max);
   });
 }
 //! Decode side: v = D H w for every piece of the run.
-template <unsigned V>
-GRADCODEC_VINLINE void block_scaled_unrotate_run_of(float* w, std::uint64_t first,
-                                                    block_scaled_flips& flips) {
-  constexpr unsigned C = V < 8 ? 8 : V;
-  for (unsigned c = 0; c < block_scaled_run_elements / 16; c += C) {
-    vf16 v[C];
-    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA { v[k] = vload(w + 16 * (c + k)); });
-    block_scaled_hadamard<V>(v);
-    vu16 sign[C];
-    flips.run_signs(first + 16 * c, sign);
-    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA {
-      vstore(w + 16 * (c + k), vfrombits(vbits(v[k]) ^ sign[k]));
-    });
-  }
-}
 inline void block_scaled_unrotate_run(float* w, std::uint64_t first, std::uint32_t group,
                                       block_scaled_flips& flips) {
   block_scaled_with_piece(group, [&]<unsigned V>() GRADCODEC_VLAMBDA {
-    block_scaled_unrotate_run_of<V>(w, first, flips);
+    block_scaled_unrotate_pieces<V, std::max(V, 8u)>(w, first, block_scaled_run_elements / 16,
+                                                     flips);
   });
 }
 

@@ -189,22 +189,38 @@ GRADCODEC_HD void hadamard(float* w, std::uint32_t m) {
       }
 }
 
-//! Encode side of one piece whose first element has global index `first`: w = H (D v / m).
-//! The 1/m (a power of two) keeps every |w| <= max |v|.
-GRADCODEC_HD void rotate_piece(float* w, std::uint32_t m, std::uint64_t first,
-                               const counter_rng& rng) {
+//! The rotation stream's flips of the piece that starts at global index `first`: whether
+//! its element j is negated.
+struct rotation_flips {
+  const counter_rng& rng;
+  std::uint64_t first;
+  GRADCODEC_HD bool operator()(std::uint32_t j) const { return rotation_flip(rng, first + j); }
+};
+
+//! Encode side of one piece: w = H (D v / m), flip(j) telling whether element j is negated
+//! (D). The 1/m (a power of two) keeps every |w| <= max |v|.
+template <class Flip>
+GRADCODEC_HD void rotate_piece(float* w, std::uint32_t m, const Flip& flip) {
   int lg = 0;
   while ((1u << lg) < m) ++lg;
   const float inv = pow2f(-lg);
-  for (std::uint32_t j = 0; j < m; ++j)
-    w[j] = fmul(negate_if(w[j], rotation_flip(rng, first + j)), inv);
+  for (std::uint32_t j = 0; j < m; ++j) w[j] = fmul(negate_if(w[j], flip(j)), inv);
   hadamard(w, m);
 }
 //! Decode side: v = D H w (H H = m I).
+template <class Flip>
+GRADCODEC_HD void unrotate_piece(float* w, std::uint32_t m, const Flip& flip) {
+  hadamard(w, m);
+  for (std::uint32_t j = 0; j < m; ++j) w[j] = negate_if(w[j], flip(j));
+}
+//! The piece whose first element has global index `first`, with the rotation stream's flips.
+GRADCODEC_HD void rotate_piece(float* w, std::uint32_t m, std::uint64_t first,
+                               const counter_rng& rng) {
+  rotate_piece(w, m, rotation_flips{rng, first});
+}
 GRADCODEC_HD void unrotate_piece(float* w, std::uint32_t m, std::uint64_t first,
                                  const counter_rng& rng) {
-  hadamard(w, m);
-  for (std::uint32_t j = 0; j < m; ++j) w[j] = negate_if(w[j], rotation_flip(rng, first + j));
+  unrotate_piece(w, m, rotation_flips{rng, first});
 }
 
 // ---- One block ------------------------------------------------------------------------
