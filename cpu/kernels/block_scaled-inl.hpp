@@ -1081,9 +1081,9 @@ inline blocks::block_scan block_scaled_encode_rotated(
         block_scaled_for_each_piece(len, [&](std::uint64_t off, std::uint32_t m) GRADCODEC_VLAMBDA {
           const std::uint64_t first = begin + off;
           float* piece = whole ? w + off : w;
-          float* kept = whole ? p + off : p;
+          float* kept = !Res::active ? nullptr : whole ? p + off : p;
           if (!whole) {
-            block_scaled_load_piece(src, first, m, piece, Res::active ? kept : nullptr);
+            block_scaled_load_piece(src, first, m, piece, kept);
             if (send) block_scaled_rotate_piece(piece, first, m, flips);
           }
           if (m < 16) {
