@@ -259,35 +259,28 @@ struct block_scaled_nearest_coder {
     const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
     const vu16 rounded = abits + vset1u((1u << (22 - M)) - 1u) + (vshr(abits, 23 - M) & vset1u(1u));
     const vf16 sum = vfrombits(abits) + magic;
-    const vu16 mag = magnitude(abits, vshr(rounded - rebias, 23 - M), sum);
-    const vu16 nonzero = mag + vset1u(sign_bit - 1u);
-    const vf16 a = vmin(vfrombits(vselect_ltu(abits, min_normal, vbits(sum - magic),
+    const vu16 code =
+        vsign_magnitude<Bits>(magnitude(abits, vshr(rounded - rebias, 23 - M), sum), rbits);
+    const vf16 a = vmin(vfrombits(vselect_lts(abits, min_normal, vbits(sum - magic),
                                               rounded & vset1u(~((1u << (23 - M)) - 1u)))),
                         max_value);
-    value = vfrombits(vbits(a) | (vshl(nonzero, 32 - Bits) & rbits & vset1u(0x80000000u)));
-    return signed_code(mag, nonzero, rbits);
+    value = vfrombits(vbits(a) | (vshl(code, 32 - Bits) & vset1u(0x80000000u)));
+    return code;
   }
 
   GRADCODEC_VINLINE vu16 operator()(vf16 r, std::uint64_t) const {
     const vu16 rbits = vbits(r);
     const vu16 abits = rbits & vset1u(0x7FFFFFFFu);
     const vu16 normal = vshr(abits + round_rebias + (vshr(abits, 23 - M) & vset1u(1u)), 23 - M);
-    const vu16 mag = magnitude(abits, normal, vfrombits(abits) + magic);
-    return signed_code(mag, mag + vset1u(sign_bit - 1u), rbits);
+    return vsign_magnitude<Bits>(magnitude(abits, normal, vfrombits(abits) + magic), rbits);
   }
 
  private:
-  static constexpr std::uint32_t sign_bit = 1u << (Bits - 1);
-
-  //! The saturated magnitude code of |r| (bits abits): `normal` (its significand rounded
-  //! and exponent rebiased) from 2^emin up, below it the low bits of sum = |r| + magic.
+  //! The saturated magnitude code of |r| (bits abits, below 2^31 like min_normal, so the
+  //! compare may be AVX2's signed one): `normal` (its significand rounded and exponent
+  //! rebiased) from 2^emin up, below it the low bits of sum = |r| + magic.
   GRADCODEC_VINLINE vu16 magnitude(vu16 abits, vu16 normal, vf16 sum) const {
-    return vminu(vselect_ltu(abits, min_normal, vbits(sum) - vbits(magic), normal), max_code);
-  }
-  //! mag with r's sign; nonzero = mag + sign_bit - 1 has the sign bit set exactly when mag
-  //! is not 0 (mag < sign_bit), so that zero codes stay +0.
-  static GRADCODEC_VINLINE vu16 signed_code(vu16 mag, vu16 nonzero, vu16 rbits) {
-    return mag | (nonzero & vshr(rbits, 32 - Bits) & vset1u(sign_bit));
+    return vminu(vselect_lts(abits, min_normal, vbits(sum) - vbits(magic), normal), max_code);
   }
 };
 

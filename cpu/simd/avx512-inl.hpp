@@ -70,6 +70,19 @@ GRADCODEC_VINLINE mask16 vltu(vu16 a, vu16 b) {
 GRADCODEC_VINLINE vu16 vselect_ltu(vu16 a, vu16 b, vu16 x, vu16 y) {
   return vselectu(vltu(a, b), x, y);
 }
+//! x where a < b (signed), y elsewhere.
+GRADCODEC_VINLINE vu16 vselect_lts(vu16 a, vu16 b, vu16 x, vu16 y) {
+  return vselectu(_mm512_cmplt_epi32_mask(a.v, b.v), x, y);
+}
+//! Sign-magnitude codes (scalar-inl.hpp): mag + 2^(Bits-1) - 1 has bit Bits - 1 set exactly
+//! where mag is not 0; one ternary op ANDs it with s's shifted sign and the sign bit.
+template <unsigned Bits>
+GRADCODEC_VINLINE vu16 vsign_magnitude(vu16 mag, vu16 s) {
+  const __m512i sign_bit = _mm512_set1_epi32(1 << (Bits - 1));
+  const __m512i nonzero = _mm512_add_epi32(mag.v, _mm512_set1_epi32((1 << (Bits - 1)) - 1));
+  return {_mm512_or_si512(mag.v, _mm512_ternarylogic_epi32(
+                                     nonzero, _mm512_srli_epi32(s.v, 32 - Bits), sign_bit, 0x80))};
+}
 GRADCODEC_VINLINE mask16 vequ(vu16 a, vu16 b) {
   return _mm512_cmp_epu32_mask(a.v, b.v, _MM_CMPINT_EQ);
 }

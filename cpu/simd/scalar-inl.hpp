@@ -117,6 +117,23 @@ GRADCODEC_VINLINE vu16 vselectu(mask16 m, vu16 a, vu16 b) {
 GRADCODEC_VINLINE vu16 vselect_ltu(vu16 a, vu16 b, vu16 x, vu16 y) {
   return vselectu(vltu(a, b), x, y);
 }
+//! x where a < b as signed 32-bit integers, y elsewhere: vselect_ltu's values where both are
+//! below 2^31, in one compare on AVX2 (which has no unsigned one).
+GRADCODEC_VINLINE vu16 vselect_lts(vu16 a, vu16 b, vu16 x, vu16 y) {
+  vu16 r;
+  GRADCODEC_LANES r.v[j] =
+      static_cast<std::int32_t>(a.v[j]) < static_cast<std::int32_t>(b.v[j]) ? x.v[j] : y.v[j];
+  return r;
+}
+//! The Bits-bit sign-magnitude codes of magnitudes mag (below 2^(Bits - 1)) and the signs of
+//! s: bit Bits - 1 set where s is negative and mag is not 0 (a zero code stays +0).
+template <unsigned Bits>
+GRADCODEC_VINLINE vu16 vsign_magnitude(vu16 mag, vu16 s) {
+  vu16 r;
+  GRADCODEC_LANES r.v[j] =
+      mag.v[j] | (mag.v[j] != 0 && (s.v[j] >> 31) != 0 ? 1u << (Bits - 1) : 0u);
+  return r;
+}
 GRADCODEC_VINLINE vu16 vshl(vu16 a, unsigned s) {
   vu16 r;
   GRADCODEC_LANES r.v[j] = a.v[j] << s;
