@@ -1111,6 +1111,14 @@ inline blocks::block_scan block_scaled_encode_rotated(
   return s;
 }
 
+//! Lane k: the bits of block k's largest rotated |w| from the run's piece maxima, lanes past
+//! the run's blocks repeating block 0 (so that they send when it does).
+GRADCODEC_VINLINE vu16 block_scaled_run_maxima(const vu16* piece_max, unsigned blocks_in_run) {
+  vu16 m[block_scaled_batch];
+  for (unsigned k = 0; k < block_scaled_batch; ++k) m[k] = piece_max[k < blocks_in_run ? k : 0];
+  return block_scaled_lane_maxima(m);
+}
+
 //! The scales and codes of a rotated run in w (block_scaled_encode_rotated_run), and with
 //! Decoded, each block's decoded values in place of its rotated inputs. Apart from the input
 //! and residual dtypes, which only the loads and stores around it see. Returns whether a
@@ -1123,23 +1131,49 @@ inline bool block_scaled_code_rotated_run(const blocks::block_rule& r,
                                           std::uint8_t* stream) {
   const std::uint64_t begin = b0 * group;
   const auto chunks = static_cast<unsigned>(group / 16);
+  const auto blocks_in_run = static_cast<unsigned>(block_scaled_run_elements / group);
   bool nonfinite = false;
   block_scaled_with_coder<Bits, Stochastic>(
       r.element, uniforms, [&](const auto& coder) GRADCODEC_VLAMBDA {
-        for (unsigned k = 0; k < block_scaled_run_elements / group; ++k) {
-          const blocks::block_scan s = block_scaled_run_scan(piece_max[k]);
-          const std::uint32_t scale = blocks::block_scale_bits(r, s, g);
-          blocks::put_block_scale(r, scales, b0 + k, scale);
-          nonfinite = nonfinite || !s.finite;
-          const blocks::block_quantizer q = blocks::quantizer_of(r, scale, g);
-          const bool send = s.finite && !q.zero;
-          const vf16 enc = vset1(q.enc), dec = vset1(q.dec);
+        // Block k's codes (zeros where it sends nothing), and with Decoded its values.
+        const auto code_block = [&](unsigned k, bool send, vf16 enc, vf16 dec) GRADCODEC_VLAMBDA {
           for (unsigned c = 0; c < chunks; ++c) {
             const unsigned j = (k * chunks + c) * 16;
-            vu16 codes = vset1u(0);  // a block that sends nothing writes zero codes
+            vu16 codes = vset1u(0);
             if (send) codes = coder(vload(w + j) * enc, begin + j);
             pack16<Bits>(reinterpret_cast<std::byte*>(stream) + (begin + j) * Bits / 8, codes);
             if constexpr (Decoded) vstore(w + j, block_scaled_values(r.element, codes) * dec);
+          }
+        };
+        if (r.scale == blocks::block_scale::f32) {  // fp8row: one block per run
+          for (unsigned k = 0; k < blocks_in_run; ++k) {
+            const blocks::block_scan s = block_scaled_run_scan(piece_max[k]);
+            const std::uint32_t scale = blocks::block_scale_bits(r, s, g);
+            blocks::put_block_scale(r, scales, b0 + k, scale);
+            nonfinite = nonfinite || !s.finite;
+            const blocks::block_quantizer q = blocks::quantizer_of(r, scale, g);
+            code_block(k, s.finite && !q.zero, vset1(q.enc), vset1(q.dec));
+          }
+          return;
+        }
+        // E8M0 and E4M3 scales lane-wise, as the unrotated batches take them.
+        const vu16 amax = block_scaled_run_maxima(piece_max, blocks_in_run);
+        const vu16 code =
+            r.scale == blocks::block_scale::e4m3
+                ? block_scaled_e4m3_codes(amax, g)
+                : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(r.element.emax));
+        alignas(16) std::uint8_t codes[block_scaled_batch];
+        pack16<8>(reinterpret_cast<std::byte*>(codes), code);
+        std::memcpy(scales + b0, codes, blocks_in_run);
+        nonfinite = vhmaxu(amax) >= 0x7F800000u;
+        const block_scaled_batch_quantizers qs(r.scale, code, g);
+        if (qs.all_send(code)) {
+          for (unsigned k = 0; k < blocks_in_run; ++k)
+            code_block(k, true, vfrombits(vset1u(qs.enc[k])), vfrombits(vset1u(qs.dec[k])));
+        } else {
+          for (unsigned k = 0; k < blocks_in_run; ++k) {
+            const blocks::block_quantizer q = qs.at(k);
+            code_block(k, !q.zero, vset1(q.enc), vset1(q.dec));
           }
         }
       });
