@@ -357,9 +357,6 @@ inline void block_scaled_zero_codes(std::uint8_t* stream, std::uint64_t begin, s
 // butterflies. Stages h < 16 stay inside a vector, so running them vector by vector before
 // the wider stages computes every value from the same operands.
 
-inline constexpr std::uint32_t block_scaled_lane_bit[16] = {
-    1u << 0, 1u << 1, 1u << 2,  1u << 3,  1u << 4,  1u << 5,  1u << 6,  1u << 7,
-    1u << 8, 1u << 9, 1u << 10, 1u << 11, 1u << 12, 1u << 13, 1u << 14, 1u << 15};
 inline constexpr std::uint32_t block_scaled_lane_index[16] = {0, 1, 2,  3,  4,  5,  6,  7,
                                                               8, 9, 10, 11, 12, 13, 14, 15};
 
@@ -382,18 +379,14 @@ struct block_scaled_flips {
     const std::uint64_t two = words[k - base] | (std::uint64_t{words[k + 1 - base]} << 32);
     return static_cast<std::uint32_t>(two >> (i & 31u));
   }
-  //! The sign bit of lane j set where bit j of `bits` is.
-  GRADCODEC_VINLINE static vu16 signs(std::uint32_t bits) {
-    return vshl(vminu(vset1u(bits) & vload_u(block_scaled_lane_bit), vset1u(1)), 31);
-  }
   //! sign[k]: the sign bit of lane j set where element i + 16 k + j is negated, one word
   //! per two vectors.
   template <unsigned C>
   GRADCODEC_VINLINE void run_signs(std::uint64_t i, vu16 (&sign)[C]) {
     for (unsigned k = 0; k < C; k += 2) {
       const std::uint32_t bits = word(i + 16 * k);
-      sign[k] = signs(bits);
-      if (k + 1 < C) sign[k + 1] = signs(bits >> 16);
+      sign[k] = vsign_bits(bits);
+      if (k + 1 < C) sign[k + 1] = vsign_bits(bits >> 16);
     }
   }
 };

@@ -127,6 +127,15 @@ GRADCODEC_VINLINE vu16 vselect_lts(vu16 a, vu16 b, vu16 x, vu16 y) {
   return {_mm256_blendv_epi8(y.lo, x.lo, _mm256_cmpgt_epi32(b.lo, a.lo)),
           _mm256_blendv_epi8(y.hi, x.hi, _mm256_cmpgt_epi32(b.hi, a.hi))};
 }
+//! The sign bit of lane j set where bit j of bits is: each lane shifts its bit to the top.
+GRADCODEC_VINLINE vu16 vsign_bits(std::uint32_t bits) {
+  const __m256i b = _mm256_set1_epi32(static_cast<int>(bits));
+  const __m256i top = _mm256_set1_epi32(static_cast<int>(0x80000000u));
+  return {_mm256_and_si256(_mm256_sllv_epi32(b, _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24)),
+                           top),
+          _mm256_and_si256(_mm256_sllv_epi32(b, _mm256_setr_epi32(23, 22, 21, 20, 19, 18, 17, 16)),
+                           top)};
+}
 //! Sign-magnitude codes (scalar-inl.hpp): s & (mag + 2^31 - 1) has the top bit set where s is
 //! negative and mag is not 0, and blendv reads only that bit.
 template <unsigned Bits>

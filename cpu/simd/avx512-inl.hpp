@@ -74,6 +74,11 @@ GRADCODEC_VINLINE vu16 vselect_ltu(vu16 a, vu16 b, vu16 x, vu16 y) {
 GRADCODEC_VINLINE vu16 vselect_lts(vu16 a, vu16 b, vu16 x, vu16 y) {
   return vselectu(_mm512_cmplt_epi32_mask(a.v, b.v), x, y);
 }
+//! The sign bit of lane j set where bit j of bits is: bits is the lane mask.
+GRADCODEC_VINLINE vu16 vsign_bits(std::uint32_t bits) {
+  return {_mm512_maskz_mov_epi32(static_cast<__mmask16>(bits),
+                                 _mm512_set1_epi32(static_cast<int>(0x80000000u)))};
+}
 //! Sign-magnitude codes (scalar-inl.hpp): mag + 2^(Bits-1) - 1 has bit Bits - 1 set exactly
 //! where mag is not 0; one ternary op ANDs it with s's shifted sign and the sign bit.
 template <unsigned Bits>

@@ -125,6 +125,12 @@ GRADCODEC_VINLINE vu16 vselect_lts(vu16 a, vu16 b, vu16 x, vu16 y) {
       static_cast<std::int32_t>(a.v[j]) < static_cast<std::int32_t>(b.v[j]) ? x.v[j] : y.v[j];
   return r;
 }
+//! The sign bit of lane j set where bit j of bits is, every other bit clear.
+GRADCODEC_VINLINE vu16 vsign_bits(std::uint32_t bits) {
+  vu16 r;
+  GRADCODEC_LANES r.v[j] = ((bits >> j) & 1u) << 31;
+  return r;
+}
 //! The Bits-bit sign-magnitude codes of magnitudes mag (below 2^(Bits - 1)) and the signs of
 //! s: bit Bits - 1 set where s is negative and mag is not 0 (a zero code stays +0).
 template <unsigned Bits>
