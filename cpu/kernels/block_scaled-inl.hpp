@@ -1339,13 +1339,15 @@ GRADCODEC_VINLINE void block_scaled_decode_rotated_run(
     tensor_view out, float alpha) {
   constexpr blocks::minifloat f = blocks::minifloat_of(F);
   constexpr unsigned Bits = f.bits;
+  using byte_decoder = block_scaled_byte_decoder<F>;
   alignas(64) float w[block_scaled_run_elements];
   const std::uint64_t begin = b0 * group;
   const auto chunks = static_cast<unsigned>(group / 16);
-  for (unsigned k = 0; k < block_scaled_run_elements / group; ++k) {
-    const float d = blocks::quantizer_of(r, blocks::get_block_scale(r, scales, b0 + k), g).dec;
+  const auto blocks_in_run = static_cast<unsigned>(block_scaled_run_elements / group);
+  // Block k's values value(code) * d into the buffer.
+  const auto decode_block = [&](unsigned k, float d) GRADCODEC_VLAMBDA {
     const vf16 dec = vset1(d);
-    const block_scaled_byte_decoder<F> byte_decoded(d);  // value(code) * d, NaN where it is
+    const byte_decoder byte_decoded(d);  // value(code) * d, NaN where it is
     for (unsigned c = 0; c < chunks; ++c) {
       const unsigned j = (k * chunks + c) * 16;
       if constexpr (Bits == 8)
@@ -1357,6 +1359,18 @@ GRADCODEC_VINLINE void block_scaled_decode_rotated_run(
                                          (begin + j) * Bits / 8)) *
                           dec);
     }
+  };
+  if (r.scale == blocks::block_scale::e4m3) {
+    // nvfp4's scales lane-wise, as block_scaled_decode_batch takes them: its scalar
+    // multiplier rule costs more than a block of 16 elements' decode.
+    alignas(16) std::uint8_t bytes[block_scaled_batch] = {};
+    std::memcpy(bytes, scales + b0, blocks_in_run);
+    const vu16 code = unpack16<8>(reinterpret_cast<const std::byte*>(bytes));
+    const block_scaled_batch_quantizers qs(r.scale, code, g);
+    for (unsigned k = 0; k < blocks_in_run; ++k) decode_block(k, qs.at(k).dec);
+  } else {
+    for (unsigned k = 0; k < blocks_in_run; ++k)
+      decode_block(k, blocks::quantizer_of(r, blocks::get_block_scale(r, scales, b0 + k), g).dec);
   }
   block_scaled_unrotate_run(w, begin, static_cast<std::uint32_t>(group), flips);
   for (std::uint32_t j = 0; j < block_scaled_run_elements; j += 16) {
