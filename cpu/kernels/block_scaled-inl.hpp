@@ -820,6 +820,13 @@ GRADCODEC_VINLINE vu16 block_scaled_e4m3_multipliers(vu16 code, float g) {
   return vbits(block_scaled_values(blocks::minifloat_of(element_format::e4m3), code) * vset1(g));
 }
 
+//! The one-byte scale codes (E8M0, or nvfp4's E4M3) of 16 blocks from their maxima.
+GRADCODEC_VINLINE vu16 block_scaled_scale_codes(const blocks::block_rule& r, vu16 amax, float g) {
+  return r.scale == blocks::block_scale::e4m3
+             ? block_scaled_e4m3_codes(amax, g)
+             : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(r.element.emax));
+}
+
 //! The quantizers of 16 blocks from their stored scale codes (e8m0 or e4m3), in the order
 //! blocks::quantizer_of builds them.
 struct block_scaled_batch_quantizers {
@@ -934,9 +941,7 @@ GRADCODEC_VINLINE bool block_scaled_encode_batch(const blocks::block_rule& r, fl
                                                  std::uint8_t* scales, std::uint8_t* stream) {
   const blocks::minifloat f = r.element;
   const vu16 amax = block_scaled_batch_maxima(src, b0, group);
-  const vu16 code = r.scale == blocks::block_scale::e4m3
-                        ? block_scaled_e4m3_codes(amax, g)
-                        : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(f.emax));
+  const vu16 code = block_scaled_scale_codes(r, amax, g);
   pack16<8>(reinterpret_cast<std::byte*>(scales + b0), code);
   const block_scaled_batch_quantizers qs(r.scale, code, g);
   const unsigned chunk_shift = static_cast<unsigned>(std::countr_zero(group / 16));
@@ -1151,10 +1156,7 @@ inline bool block_scaled_code_rotated_run(const blocks::block_rule& r,
         }
         // E8M0 and E4M3 scales lane-wise, as the unrotated batches take them.
         const vu16 amax = block_scaled_run_maxima(piece_max, blocks_in_run);
-        const vu16 code =
-            r.scale == blocks::block_scale::e4m3
-                ? block_scaled_e4m3_codes(amax, g)
-                : block_scaled_e8m0_codes(amax, static_cast<std::uint32_t>(r.element.emax));
+        const vu16 code = block_scaled_scale_codes(r, amax, g);
         alignas(16) std::uint8_t codes[block_scaled_batch];
         pack16<8>(reinterpret_cast<std::byte*>(codes), code);
         std::memcpy(scales + b0, codes, blocks_in_run);
