@@ -139,16 +139,17 @@ GRADCODEC_VINLINE vu16 vsign_bits(std::uint32_t bits) {
 //! Sign-magnitude codes (scalar-inl.hpp): s & (mag + 2^31 - 1) has the top bit set where s is
 //! negative and mag is not 0, and blendv reads only that bit.
 template <unsigned Bits>
+GRADCODEC_VINLINE __m256i vsign_magnitude_half(__m256i m, __m256i sign) {
+  const __m256i negative =
+      _mm256_and_si256(sign, _mm256_add_epi32(m, _mm256_set1_epi32(0x7FFFFFFF)));
+  return _mm256_castps_si256(
+      _mm256_blendv_ps(_mm256_castsi256_ps(m),
+                       _mm256_castsi256_ps(_mm256_or_si256(m, _mm256_set1_epi32(1 << (Bits - 1)))),
+                       _mm256_castsi256_ps(negative)));
+}
+template <unsigned Bits>
 GRADCODEC_VINLINE vu16 vsign_magnitude(vu16 mag, vu16 s) {
-  const auto code = [](__m256i m, __m256i sign) {
-    const __m256i negative =
-        _mm256_and_si256(sign, _mm256_add_epi32(m, _mm256_set1_epi32(0x7FFFFFFF)));
-    return _mm256_castps_si256(_mm256_blendv_ps(
-        _mm256_castsi256_ps(m),
-        _mm256_castsi256_ps(_mm256_or_si256(m, _mm256_set1_epi32(1 << (Bits - 1)))),
-        _mm256_castsi256_ps(negative)));
-  };
-  return {code(mag.lo, s.lo), code(mag.hi, s.hi)};
+  return {vsign_magnitude_half<Bits>(mag.lo, s.lo), vsign_magnitude_half<Bits>(mag.hi, s.hi)};
 }
 GRADCODEC_VINLINE vu16 vtrunc_u(vf16 a) {
   return {_mm256_cvttps_epi32(a.lo), _mm256_cvttps_epi32(a.hi)};
