@@ -437,21 +437,21 @@ GRADCODEC_VINLINE void block_scaled_hadamard(vf16 (&v)[C]) {
   });
 }
 
-//! Encode side of the pieces of 16 V values in w[0 .. 16 vectors), first element `first`:
-//! each becomes H (D v / m), C vectors at a time in registers (C a multiple of V, so C / V
-//! pieces' butterfly chains overlap); piece_max[k] gets the lane-wise largest |w| bits of
-//! piece k.
-template <unsigned V, unsigned C = V>
-GRADCODEC_VINLINE void block_scaled_rotate_pieces(float* w, std::uint64_t first, unsigned vectors,
-                                                  block_scaled_flips& flips, vu16* piece_max) {
+//! Encode side of the pieces of 16 V values whose vector k is load(k), first element
+//! `first`: each becomes H (D v / m), C vectors at a time in registers (C a multiple of V,
+//! so C / V pieces' butterfly chains overlap), vector k stored at w + 16 k; piece_max[k]
+//! gets the lane-wise largest |w| bits of piece k.
+template <unsigned V, unsigned C = V, class Load>
+GRADCODEC_VINLINE void block_scaled_rotate_vectors(const Load& load, float* w, std::uint64_t first,
+                                                   unsigned vectors, block_scaled_flips& flips,
+                                                   vu16* piece_max) {
   const vf16 inv = vset1(blocks::pow2f(-std::countr_zero(16 * V)));
   for (unsigned c = 0; c < vectors; c += C) {
     vf16 v[C];
     vu16 sign[C];
     flips.run_signs(first + 16 * c, sign);
-    block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA {
-      v[k] = vfrombits(vbits(vload(w + 16 * (c + k))) ^ sign[k]) * inv;
-    });
+    block_scaled_unrolled<C>(
+        [&](auto k) GRADCODEC_VLAMBDA { v[k] = vfrombits(vbits(load(c + k)) ^ sign[k]) * inv; });
     block_scaled_hadamard<V>(v);
     block_scaled_unrolled<C>([&](auto k) GRADCODEC_VLAMBDA { vstore(w + 16 * (c + k), v[k]); });
     block_scaled_unrolled<C / V>([&](auto piece) GRADCODEC_VLAMBDA {
@@ -461,6 +461,13 @@ GRADCODEC_VINLINE void block_scaled_rotate_pieces(float* w, std::uint64_t first,
       piece_max[c / V + piece] = a;
     });
   }
+}
+//! block_scaled_rotate_vectors in place on the buffer w.
+template <unsigned V, unsigned C = V>
+GRADCODEC_VINLINE void block_scaled_rotate_pieces(float* w, std::uint64_t first, unsigned vectors,
+                                                  block_scaled_flips& flips, vu16* piece_max) {
+  block_scaled_rotate_vectors<V, C>([w](unsigned k) GRADCODEC_VLAMBDA { return vload(w + 16 * k); },
+                                    w, first, vectors, flips, piece_max);
 }
 //! Decode side: v = D H w for every piece.
 template <unsigned V, unsigned C = V>
@@ -568,13 +575,21 @@ inline bool block_scaled_run_fits(std::uint64_t group, std::uint64_t n, std::uin
   return b + count <= end && (b + count) * group <= n;
 }
 
-//! Rotates (encode side) the run in w, pieces of `group`, eight vectors or one piece at a
-//! time; piece_max[k] gets the lane-wise largest |w| bits of piece k.
-inline void block_scaled_rotate_run(float* w, std::uint64_t first, std::uint32_t group,
-                                    block_scaled_flips& flips, vu16* piece_max) {
+//! Rotates (encode side) the run of elements [first, first + 256) of src into w, pieces of
+//! `group`, eight vectors or one piece at a time, and copies the inputs to kept when it is
+//! not null; piece_max[k] gets the lane-wise largest |w| bits of piece k.
+template <class Src>
+inline void block_scaled_rotate_run(const Src& src, float* kept, float* w, std::uint64_t first,
+                                    std::uint32_t group, block_scaled_flips& flips,
+                                    vu16* piece_max) {
   block_scaled_with_piece(group, [&]<unsigned V>() GRADCODEC_VLAMBDA {
-    block_scaled_rotate_pieces<V, std::max(V, 8u)>(w, first, block_scaled_run_elements / 16, flips,
-                                                   piece_max);
+    block_scaled_rotate_vectors<V, std::max(V, 8u)>(
+        [&](unsigned k) GRADCODEC_VLAMBDA {
+          const vf16 v = src.load(first + 16 * k);
+          if (kept != nullptr) vstore(kept + 16 * k, v);
+          return v;
+        },
+        w, first, block_scaled_run_elements / 16, flips, piece_max);
   });
 }
 //! Decode side: v = D H w for every piece of the run.
@@ -584,17 +599,6 @@ inline void block_scaled_unrotate_run(float* w, std::uint64_t first, std::uint32
     block_scaled_unrotate_pieces<V, std::max(V, 8u)>(w, first, block_scaled_run_elements / 16,
                                                      flips);
   });
-}
-
-//! Loads the run of elements [begin, begin + 256) into w (and into kept when not null).
-template <class Src>
-GRADCODEC_VINLINE void block_scaled_load_run(const Src& src, std::uint64_t begin, float* w,
-                                             float* kept) {
-  for (std::uint32_t j = 0; j < block_scaled_run_elements; j += 16) {
-    const vf16 v = src.load(begin + j);
-    vstore(w + j, v);
-    if (kept != nullptr) vstore(kept + j, v);
-  }
 }
 
 //! The scan of block k of a rotated run from its piece maximum: a piece that holds NaN or
@@ -1190,8 +1194,8 @@ GRADCODEC_VINLINE bool block_scaled_encode_rotated_run(const blocks::block_rule&
   alignas(64) float p[Res::active ? block_scaled_run_elements : 1];  // the inputs, kept
   vu16 piece_max[block_scaled_run_elements / 16];
   const std::uint64_t begin = b0 * group;
-  block_scaled_load_run(src, begin, w, Res::active ? p : nullptr);
-  block_scaled_rotate_run(w, begin, static_cast<std::uint32_t>(group), flips, piece_max);
+  block_scaled_rotate_run(src, Res::active ? p : nullptr, w, begin,
+                          static_cast<std::uint32_t>(group), flips, piece_max);
   const bool nonfinite = block_scaled_code_rotated_run<Bits, Stochastic, Res::active>(
       r, uniforms, g, w, piece_max, b0, group, scales, stream);
   if constexpr (Res::active) {
@@ -1479,9 +1483,8 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
             while (b < end) {
               if (runs && block_scaled_run_fits(group, n, b, end)) {
                 vu16 piece_max[block_scaled_run_elements / 16];
-                block_scaled_load_run(src, b * group, w, static_cast<float*>(nullptr));
-                block_scaled_rotate_run(w, b * group, static_cast<std::uint32_t>(group), flips,
-                                        piece_max);
+                block_scaled_rotate_run(src, static_cast<float*>(nullptr), w, b * group,
+                                        static_cast<std::uint32_t>(group), flips, piece_max);
                 for (std::uint64_t k = 0; k < block_scaled_run_elements / group; ++k)
                   raise(a, block_scaled_run_scan(piece_max[k]));
                 b += block_scaled_run_elements / group;
