@@ -462,13 +462,6 @@ GRADCODEC_VINLINE void block_scaled_rotate_vectors(const Load& load, float* w, s
     });
   }
 }
-//! block_scaled_rotate_vectors in place on the buffer w.
-template <unsigned V, unsigned C = V>
-GRADCODEC_VINLINE void block_scaled_rotate_pieces(float* w, std::uint64_t first, unsigned vectors,
-                                                  block_scaled_flips& flips, vu16* piece_max) {
-  block_scaled_rotate_vectors<V, C>([w](unsigned k) GRADCODEC_VLAMBDA { return vload(w + 16 * k); },
-                                    w, first, vectors, flips, piece_max);
-}
 //! Decode side: v = D H w for every piece.
 template <unsigned V, unsigned C = V>
 GRADCODEC_VINLINE void block_scaled_unrotate_pieces(float* w, std::uint64_t first, unsigned vectors,
@@ -524,7 +517,8 @@ inline vu16 block_scaled_rotate_piece(float* w, std::uint64_t first, std::uint32
   vu16 a = vset1u(0);
   if (m >= 16) {
     block_scaled_with_piece(m, [&]<unsigned V>() GRADCODEC_VLAMBDA {
-      block_scaled_rotate_pieces<V>(w, first, V, flips, &a);
+      block_scaled_rotate_vectors<V>(
+          [w](unsigned k) GRADCODEC_VLAMBDA { return vload(w + 16 * k); }, w, first, V, flips, &a);
     });
     return a;
   }
