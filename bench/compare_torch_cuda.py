@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
-"""Times torch.topk on the GPU on the data of `gradcodec bench` and prints its ratio to
-gradcodec's CUDA top-k encode.
+"""Times torch.topk and torch's row-wise FP8 cast on the GPU on the data of `gradcodec bench`
+and prints their ratio to gradcodec's CUDA top-k and fp8row encodes.
 
   bench/compare_torch_cuda.py --json bench_cuda.json [--repeat 20]
 
@@ -12,6 +12,13 @@ events around one call, L2 flushed before each (a write of 4x its size), median 
 --repeat calls after a warm-up. "speedup" = torch median / gradcodec encode median
 (> 1: gradcodec faster). torch.topk returns the k values and indices unsorted by index;
 gradcodec's encode also writes the frame, so the comparison favours torch slightly.
+
+For every `fp8row` codec (e4m3 or e5m2, rows of `block` elements, 4096 by default): the
+eager torch a user writes for torchft's layout, on the same values viewed as rows: the
+row's largest |x|, the multiplier min(largest / amax, 2^126), and the product clamped to
++-largest and cast to torch.float8_e4m3fn / float8_e5m2 (codes and row scales, what
+gradcodec's frame holds, docs/codecs.md). torchft runs this in Triton; eager torch is the
+baseline a user without it has.
 """
 import argparse
 import json
@@ -54,17 +61,46 @@ def main():
         m = len(times)
         return (times[m // 2] + times[(m - 1) // 2]) / 2
 
-    print("%-12s %-20s %12s %14s %8s" % ("n", "codec", "torch_ms", "gradcodec_ms", "speedup"))
+    def fp8row_cast(x, row, fmt):
+        dtype, largest = ((torch.float8_e5m2, 57344.0) if fmt == "e5m2" else
+                          (torch.float8_e4m3fn, 448.0))
+        v = x.view(-1, row)
+        amax = v.abs().amax(dim=1, keepdim=True)
+        mult = (largest / amax).clamp(max=2.0**126)
+        return (v * mult).clamp(-largest, largest).to(dtype), mult
+
+    def param(codec, name, default):
+        for part in codec.split(":", 1)[1].split(",") if ":" in codec else []:
+            key, _, value = part.partition("=")
+            if key == name:
+                return value
+        return default
+
+    print("%-12s %-24s %12s %14s %8s" % ("n", "codec", "torch_ms", "gradcodec_ms", "speedup"))
+    data = {}
     for r in records:
-        if r["backend"] != "cuda" or r["op"] != "encode" or not r["codec"].startswith("topk:"):
+        if r["backend"] != "cuda" or r["op"] != "encode":
             continue
-        ratio = float(r["codec"].split("ratio=")[1].split(",")[0])
-        n = r["n"]
-        k = max(1, int(ratio * n))
-        x = torch.from_numpy(gradient(n)).to(dev)
-        t = median_ms(lambda: torch.topk(x.abs(), k, sorted=False))
+        codec, n = r["codec"], r["n"]
+        if codec.startswith("topk:"):
+            k = max(1, int(float(param(codec, "ratio", "0.01")) * n))
+            name = "torch.topk"
+            call = lambda x: torch.topk(x.abs(), k, sorted=False)  # noqa: E731
+        elif codec.split(":")[0] == "fp8row":
+            row = int(param(codec, "block", "4096"))
+            if n % row or param(codec, "rotate", "0") != "0":
+                continue  # eager torch has no rotation; a partial row has no view
+            fmt = param(codec, "fmt", "e4m3")
+            name = "torch fp8 rows"
+            call = lambda x: fp8row_cast(x, row, fmt)  # noqa: E731
+        else:
+            continue
+        if n not in data:
+            data = {n: torch.from_numpy(gradient(n)).to(dev)}  # one size on the device at once
+        x = data[n]
+        t = median_ms(lambda: call(x))
         g = r["median_s"] * 1e3
-        print("%-12d %-20s %12.3f %14.3f %8.2f" % (n, "topk:ratio=%g" % ratio, t, g, t / g))
+        print("%-12d %-24s %12.3f %14.3f %8.2f   (%s)" % (n, codec, t, g, t / g, name))
 
 
 if __name__ == "__main__":
