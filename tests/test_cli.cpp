@@ -303,8 +303,15 @@ TEST_F(Cli, HelpPrintsUsage) {
     const run_result r = run(args);
     expect_ok(r, args);
     EXPECT_EQ(r.out.rfind("usage: gradcodec <command>", 0), 0u) << r.out;
-    for (const char* cmd : {"encode", "decode", "inspect", "eval", "list"})
-      EXPECT_NE(r.out.find(std::string("\n  ") + cmd + " "), std::string::npos) << cmd;
+    // Each command: its name, at least two spaces, and one whole sentence on that line.
+    for (const char* cmd :
+         {"encode", "decode", "inspect", "eval", "list", "bench", "plan", "calibrate"}) {
+      const std::size_t at = r.out.find(std::string("\n  ") + cmd + "  ");
+      ASSERT_NE(at, std::string::npos) << cmd << "\n" << r.out;
+      const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+      EXPECT_LE(line.size(), 88u) << line;
+      EXPECT_EQ(line.back(), '.') << line;
+    }
   }
   for (const std::string cmd : {"encode", "decode", "inspect", "eval", "list"}) {
     const run_result r = run(cmd + " --help");

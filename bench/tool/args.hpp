@@ -25,6 +25,7 @@ struct option_spec {
 
 struct command_spec {
   std::string_view name;
+  std::string_view brief;     //!< one sentence for gradcodec --help's list of commands
   std::string_view operands;  //!< e.g. "in.npy out.gcdc" (for the usage line)
   std::string_view summary;
   std::string_view details;  //!< printed after the options (notes, examples)

@@ -150,6 +150,7 @@ int run_bench_gpu(const parsed_args& args, const std::vector<std::uint64_t>& siz
 
 const command_spec bench_spec{
     "bench",
+    "Benchmarks codecs, or compressed allreduce, on gradient-like data.",
     "",
     "Benchmarks codecs on gradient-like f32 data: for each size, codec, backend, CPU ISA and\n"
     "thread count, the median time of encode, decode, decode_accumulate and fused\n"

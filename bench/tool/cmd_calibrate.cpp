@@ -59,6 +59,7 @@ result<comm::cost_profile> measure(comm::communicator& c, const comm::calibrate_
 
 const command_spec calibrate_spec{
     "calibrate",
+    "Measures the cost model's profile that plan reads (links too under mpirun).",
     "",
     "Measures the cost model's profile (docs/planner.md): encode, encode with feedback,\n"
     "decode and decode-accumulate of every codec at two sizes on every rank at once, and,\n"

@@ -18,6 +18,7 @@ constexpr std::array decode_options{backend_option};
 
 const command_spec decode_spec{
     "decode",
+    "Decodes a .gcdc file into a .npy array.",
     "in.gcdc out.npy",
     "Decodes a .gcdc file into a .npy array with the shape of its trailer (1-D without one)\n"
     "and the frame's dtype: float32 or float16 (a bfloat16 frame decodes to float32).",

@@ -35,6 +35,7 @@ constexpr std::array encode_options{
 
 const command_spec encode_spec{
     "encode",
+    "Encodes an .npy array (or a raw file) into a .gcdc frame file.",
     "in.npy out.gcdc",
     "Encodes an array (.npy float32/float16, any shape, C order; or a raw file with --dtype)\n"
     "into a .gcdc file: the frame exactly as gradcodec::encode wrote it, then the shape.",

@@ -210,6 +210,7 @@ std::string speed(std::uint64_t bytes, double seconds) {
 
 const command_spec eval_spec{
     "eval",
+    "Encodes and decodes data with each codec: bits, ratio, error and speed.",
     "",
     "For each codec, encodes and decodes every tensor of the data and prints a table: the\n"
     "codec spec, bits per element (frames with headers), compression ratio against the\n"

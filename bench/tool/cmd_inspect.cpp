@@ -38,6 +38,7 @@ std::string flag_names(std::uint8_t flags) {
 
 const command_spec inspect_spec{
     "inspect",
+    "Prints a .gcdc file's header fields, codec spec, sizes and ratio.",
     "in.gcdc",
     "Prints every header field of a .gcdc file by name, the codec spec reconstructed from\n"
     "the header, the shape, the frame and payload sizes, bits per element and the\n"

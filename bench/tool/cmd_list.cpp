@@ -18,6 +18,7 @@ constexpr std::array list_options{backend_option};
 
 const command_spec list_spec{
     "list",
+    "Lists every codec with its parameters, and the backends available.",
     "",
     "Lists every codec with its summary, bits per element (fp32 input), default spec,\n"
     "whether error feedback is safe with it (gradcodec::bounds) and parameters (key,\n"

@@ -222,6 +222,7 @@ void print_table(const comm::plan_request& req, const comm::plan_result& r, bool
 
 const command_spec plan_spec{
     "plan",
+    "Predicts every allreduce candidate's time and picks the fastest.",
     "",
     "Predicts the time of one compressed allreduce call for every candidate (uncompressed,\n"
     "bf16, and each accepted codec with each strategy it supports, segment length and\n"

@@ -2,6 +2,7 @@
 //! @file
 //! The gradcodec command-line tool: dispatch to a subcommand, and the one place where
 //! failures become "gradcodec: error: <message>" on stderr and an exit code.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <iostream>
@@ -30,14 +31,15 @@ constexpr std::array<command, 8> commands{{
 std::string main_usage() {
   std::string u =
       "usage: gradcodec <command> [options] [arguments]\n\n"
-      "Gradient-compression codecs: encode arrays to frames, decode, inspect, evaluate,\n"
-      "benchmark.\n\n"
+      "Gradient-compression codecs: encode arrays to frames, decode, inspect, evaluate and\n"
+      "benchmark them, and plan compressed allreduce.\n\n"
       "commands:\n";
+  std::size_t width = 0;
+  for (const auto& c : commands) width = std::max(width, c.spec.name.size());
   for (const auto& c : commands) {
     std::string name(c.spec.name);
-    name.resize(9, ' ');
-    const std::string_view summary = c.spec.summary;
-    u += "  " + name + std::string(summary.substr(0, summary.find('\n'))) + "\n";
+    name.resize(width + 2, ' ');
+    u.append("  ").append(name).append(c.spec.brief).append("\n");
   }
   u += "\nRun 'gradcodec <command> --help' for a command's options.\n"
        "Exit status: 0 success, 1 failure, 2 usage error.\n";
