@@ -1479,7 +1479,7 @@ inline status block_scaled_run(const detail::encode_call& c, tensor_view residua
             while (b < end) {
               if (runs && block_scaled_run_fits(group, n, b, end)) {
                 vu16 piece_max[block_scaled_run_elements / 16];
-                block_scaled_rotate_run(src, static_cast<float*>(nullptr), w, b * group,
+                block_scaled_rotate_run(src, nullptr, w, b * group,
                                         static_cast<std::uint32_t>(group), flips, piece_max);
                 for (std::uint64_t k = 0; k < block_scaled_run_elements / group; ++k)
                   raise(a, block_scaled_run_scan(piece_max[k]));

@@ -136,10 +136,10 @@ GRADCODEC_VINLINE vu16 vsign_bits(std::uint32_t bits) {
           _mm256_and_si256(_mm256_sllv_epi32(b, _mm256_setr_epi32(23, 22, 21, 20, 19, 18, 17, 16)),
                            top)};
 }
-//! Sign-magnitude codes (scalar-inl.hpp): s & (mag + 2^31 - 1) has the top bit set where s is
-//! negative and mag is not 0, and blendv reads only that bit.
+//! Sign-magnitude codes of one half (scalar-inl.hpp): sign & (m + 2^31 - 1) has the top bit
+//! set where sign is negative and m is not 0, and blendv reads only that bit.
 template <unsigned Bits>
-GRADCODEC_VINLINE __m256i vsign_magnitude_half(__m256i m, __m256i sign) {
+GRADCODEC_VINLINE __m256i avx2_sign_magnitude(__m256i m, __m256i sign) {
   const __m256i negative =
       _mm256_and_si256(sign, _mm256_add_epi32(m, _mm256_set1_epi32(0x7FFFFFFF)));
   return _mm256_castps_si256(
@@ -149,7 +149,7 @@ GRADCODEC_VINLINE __m256i vsign_magnitude_half(__m256i m, __m256i sign) {
 }
 template <unsigned Bits>
 GRADCODEC_VINLINE vu16 vsign_magnitude(vu16 mag, vu16 s) {
-  return {vsign_magnitude_half<Bits>(mag.lo, s.lo), vsign_magnitude_half<Bits>(mag.hi, s.hi)};
+  return {avx2_sign_magnitude<Bits>(mag.lo, s.lo), avx2_sign_magnitude<Bits>(mag.hi, s.hi)};
 }
 GRADCODEC_VINLINE vu16 vtrunc_u(vf16 a) {
   return {_mm256_cvttps_epi32(a.lo), _mm256_cvttps_epi32(a.hi)};
